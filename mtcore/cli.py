@@ -1,0 +1,207 @@
+"""The ``mtcore`` command. The one place an error becomes ``Error: ...`` and an exit code."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mtcore import __version__
+from mtcore.errors import MtcoreError
+from mtcore.registry import KINDS, load_registry
+
+
+class ErrorBoundary(click.Group):
+    """Turns MtcoreError (and only with --debug, its traceback) into a one-line message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MtcoreError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=ErrorBoundary)
+@click.version_option(__version__, prog_name="mtcore")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Build machine-translation systems from YAML recipes."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _recipe_options(f: Any) -> Any:
+    f = click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY.PATH=VALUE",
+        help="Override a recipe value (repeatable).",
+    )(f)
+    f = click.option(
+        "--profile", "-p", default=None, help="Profile to apply (default: the recipe's)."
+    )(f)
+    return click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))(f)
+
+
+def _load(recipe_path: Path, profile: str | None, sets: tuple[str, ...]) -> tuple[Any, Any, Any]:
+    from mtcore.hooks import make_plugin_manager
+    from mtcore.recipe import load_recipe
+
+    registry = load_registry()
+    recipe = load_recipe(recipe_path, registry, profile, list(sets))
+    hooks = make_plugin_manager()
+    hooks.hook.mtcore_recipe_loaded(recipe=recipe)
+    return registry, recipe, hooks
+
+
+def _workdir(recipe: Any, workdir: Path | None) -> Path:
+    return workdir if workdir is not None else Path("work") / recipe.name
+
+
+@cli.command()
+@_recipe_options
+def validate(recipe: Path, profile: str | None, sets: tuple[str, ...]) -> None:
+    """Check a recipe and every plugin setting in it, without running anything."""
+    _, loaded, _ = _load(recipe, profile, sets)
+    click.echo(f"{recipe}: valid ({len(loaded.steps)} steps, profile {loaded.profile or '-'})")
+
+
+@cli.command()
+@_recipe_options
+@click.option("--workdir", "-w", type=click.Path(file_okay=False, path_type=Path), default=None)
+def plan(recipe: Path, profile: str | None, sets: tuple[str, ...], workdir: Path | None) -> None:
+    """Show the steps in order, their dependencies and whether their output is cached."""
+    from mtcore.runner import Runner
+
+    registry, loaded, _ = _load(recipe, profile, sets)
+    runner = Runner(loaded, registry, _workdir(loaded, workdir))
+    for planned, cached in runner.status():
+        deps = ", ".join(planned.deps) or "-"
+        click.echo(
+            f"{'cached' if cached else 'to run':7} {planned.id:<20} {planned.spec.kind:<10} "
+            f"{planned.hash}  <- {deps}"
+        )
+
+
+@cli.command()
+@_recipe_options
+@click.option(
+    "--workdir",
+    "-w",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where step outputs live (default: work/<recipe name>).",
+)
+@click.option(
+    "--until", default=None, metavar="STEP", help="Stop after this step (and what it needs)."
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def run(
+    recipe: Path,
+    profile: str | None,
+    sets: tuple[str, ...],
+    workdir: Path | None,
+    until: str | None,
+    quiet: bool,
+) -> None:
+    """Run a recipe; completed steps are reused, a killed run resumes."""
+    from mtcore.runner import Runner
+
+    registry, loaded, hooks = _load(recipe, profile, sets)
+    target = _workdir(loaded, workdir)
+    runner = Runner(
+        loaded, registry, target, hooks, show_progress=not quiet and sys.stderr.isatty()
+    )
+    result = runner.run(until)
+    for item in result.results:
+        click.echo(f"{item.status:7} {item.planned.id} ({item.manifest.get('seconds', 0):.1f}s)")
+        for name, value in item.manifest.get("metrics", {}).items():
+            if isinstance(value, dict) and "signature" in value:
+                click.echo(f"        {name} = {value['score']:.2f}  {value['signature']}")
+    click.echo(f"report: {target / 'report.md'}")
+
+
+@cli.command()
+@click.argument("kind", required=False)
+@click.option("--show", "show", default=None, metavar="NAME", help="Print one plugin's settings.")
+def plugins(kind: str | None, show: str | None) -> None:
+    """List installed plugins by kind (without importing them)."""
+    from mtcore.registry import group
+
+    registry = load_registry()
+    kinds = [kind] if kind else list(KINDS)
+    for k in kinds:
+        group(k)
+    if show is not None:
+        if kind is None:
+            raise click.UsageError("--show needs a KIND, e.g. mtcore plugins filters --show length")
+        _show(registry, kind, show)
+        return
+    for k in kinds:
+        names = registry.names(k)
+        click.echo(f"{k}:" + ("" if names else " (none)"))
+        for name in names:
+            info = registry.info(k, name)
+            click.echo(f"  {name:<22} {info.dist} {info.version}  ({info.target})")
+
+
+def _show(registry: Any, kind: str, name: str) -> None:
+    cls = registry.load(kind, name)
+    info = registry.info(kind, name)
+    click.echo(f"{kind} {name}  ({info.dist} {info.version}, {info.target})")
+    doc = (cls.__doc__ or "").strip()
+    if doc:
+        click.echo(f"  {doc.splitlines()[0]}")
+    for field_name, field in cls.Config.model_fields.items():
+        default = (
+            "required"
+            if field.is_required()
+            else f"default {field.get_default(call_default_factory=True)!r}"
+        )
+        click.echo(f"  {field_name}: {field.annotation!s} ({default})")
+        if field.description:
+            click.echo(f"      {field.description}")
+
+
+@cli.command("evaluate")
+@click.option("--hyp", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--ref",
+    "refs",
+    required=True,
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Repeatable.",
+)
+@click.option("--lang", required=True, help="Target language (picks the BLEU tokenizer).")
+@click.option("--metric", "metrics", multiple=True, default=("bleu", "chrf"), show_default=True)
+def evaluate_command(
+    hyp: Path, refs: tuple[Path, ...], lang: str, metrics: tuple[str, ...]
+) -> None:
+    """Score a hypothesis file against one or more references, with signatures."""
+    from mtcore.metrics import build_metrics, check_lengths, evaluate, read_segments
+
+    hyps = read_segments(hyp)
+    references = [read_segments(r) for r in refs]
+    check_lengths(hyps, references, [str(r) for r in refs])
+    for score in evaluate(build_metrics(load_registry(), list(metrics)), hyps, references, lang):
+        click.echo(str(score))
+
+
+def main() -> None:
+    from mtcore.hooks import make_plugin_manager
+
+    make_plugin_manager().hook.mtcore_add_commands(cli=cli)
+    cli(obj={})

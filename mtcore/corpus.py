@@ -1,0 +1,314 @@
+"""Streaming, line-aligned corpus I/O with explicit handling of bad input.
+
+A corpus on disk is one plain-text file per language (``corpus.en``, ``corpus.ja``), line i of
+each being one segment, plus ``artifact.json``. Reading never loads a file into memory and
+never splits a line anywhere but at ``\\n``: every other line-break character (``\\r``, U+2028,
+...) would make Python's universal newlines, ``str.splitlines`` or a downstream tool such as
+fairseq-preprocess see two lines where there is one and misalign the corpus.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Literal
+
+from pydantic import Field
+
+from mtcore.errors import DataError
+from mtcore.plugin import Pair, PluginConfig
+from mtcore.stats import Stats
+from mtcore.step import write_artifact_meta
+
+BOM = "\ufeff"
+# Characters some reader treats as a line end (Python's universal newlines, str.splitlines).
+INNER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+class InputPolicy(PluginConfig):
+    """What to do with each kind of bad input. ``error`` stops with file and line; ``drop``
+    removes the whole pair (never one side alone); the others repair the line. Every rule that
+    fires is counted in the step's stats as ``input.<rule>``."""
+
+    invalid_utf8: Literal["error", "replace", "drop"] = Field(
+        "error", description="bytes that are not UTF-8"
+    )
+    nul: Literal["error", "strip", "drop"] = Field("error", description="NUL bytes in a line")
+    crlf: Literal["strip", "error"] = Field(
+        "strip", description="a \\r before the \\n (Windows line ends)"
+    )
+    inner_breaks: Literal["space", "error", "drop"] = Field(
+        "space", description="\\r, U+2028 and other line-break characters inside a line"
+    )
+    bom: Literal["strip", "error"] = Field(
+        "strip", description="a byte-order mark at the start of a file"
+    )
+    empty: Literal["keep", "drop", "error"] = Field("keep", description="a pair with an empty side")
+    max_line_bytes: int = Field(
+        1 << 20, ge=16, le=1 << 30, description="longest line accepted, in bytes"
+    )
+    too_long: Literal["error", "drop"] = Field("error", description="a line over max_line_bytes")
+
+
+STRICT = InputPolicy()
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+class LineReader:
+    """Yields ``(line_number, text | None)``; ``None`` means the policy dropped this line."""
+
+    def __init__(self, path: Path, policy: InputPolicy, stats: Stats) -> None:
+        self.path = path
+        self.policy = policy
+        self.stats = stats
+
+    def __iter__(self) -> Iterator[tuple[int, str | None]]:
+        limit = self.policy.max_line_bytes
+        with open_binary(self.path) as handle:
+            number = 0
+            while True:
+                raw = handle.readline(limit + 2)
+                if not raw:
+                    return
+                number += 1
+                if len(raw) > limit + 1 or (len(raw) == limit + 2 and not raw.endswith(b"\n")):
+                    self._skip_rest(handle, raw)
+                    yield (
+                        number,
+                        self._rule(
+                            "too_long",
+                            number,
+                            f"line longer than {limit} bytes "
+                            "(raise input.max_line_bytes or set input.too_long: drop)",
+                        ),
+                    )
+                    continue
+                yield number, self._decode(raw, number)
+
+    @staticmethod
+    def _skip_rest(handle: IO[bytes], raw: bytes) -> None:
+        while not raw.endswith(b"\n"):
+            raw = handle.readline(1 << 20)
+            if not raw:
+                return
+
+    def _decode(self, raw: bytes, number: int) -> str | None:
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            if self.policy.crlf == "error":
+                return self._rule("crlf", number, "CR LF line end (set input.crlf: strip)")
+            raw = raw[:-1]
+            self.stats.add("input.crlf_stripped")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if self.policy.invalid_utf8 == "replace":
+                self.stats.add("input.invalid_utf8_replaced")
+                text = raw.decode("utf-8", errors="replace")
+            else:
+                return self._rule(
+                    "invalid_utf8",
+                    number,
+                    f"invalid UTF-8 at byte {exc.start} "
+                    f"({raw[exc.start : exc.start + 4]!r}); the file must be UTF-8 text "
+                    "(or set input.invalid_utf8: replace | drop)",
+                )
+        if number == 1 and text.startswith(BOM):
+            if self.policy.bom == "error":
+                return self._rule(
+                    "bom", number, "byte-order mark at the start (set input.bom: strip)"
+                )
+            text = text[1:]
+            self.stats.add("input.bom_stripped")
+        if "\x00" in text:
+            if self.policy.nul == "strip":
+                self.stats.add("input.nul_stripped")
+                text = text.replace("\x00", "")
+            else:
+                return self._rule("nul", number, "NUL byte in line (set input.nul: strip | drop)")
+        if INNER_BREAKS.search(text):
+            if self.policy.inner_breaks == "space":
+                self.stats.add("input.inner_breaks_replaced")
+                text = INNER_BREAKS.sub(" ", text)
+            else:
+                return self._rule(
+                    "inner_breaks",
+                    number,
+                    "line-break character inside the line "
+                    "(\\r, U+2028, ...) (set input.inner_breaks: space | drop)",
+                )
+        return text
+
+    def _rule(self, rule: str, number: int, message: str) -> None:
+        action = getattr(self.policy, rule)
+        if action == "drop":
+            self.stats.add(f"input.{rule}_dropped")
+            return None
+        raise DataError(f"{self.path}:{number}: {message}")
+
+
+def read_parallel(paths: list[Path], policy: InputPolicy, stats: Stats) -> Iterator[Pair]:
+    """Zip line-aligned files; a length mismatch is an error naming the shorter file."""
+    readers = [iter(LineReader(p, policy, stats)) for p in paths]
+    while True:
+        rows = [next(r, None) for r in readers]
+        ended = [row is None for row in rows]
+        if all(ended):
+            return
+        if any(ended):
+            short = paths[ended.index(True)]
+            long_ = paths[ended.index(False)]
+            number = next(row[0] for row in rows if row is not None)
+            raise DataError(
+                f"{short} has {number - 1} lines but {long_} has more (line {number} has no "
+                "partner): the files of a parallel corpus must have equal line counts"
+            )
+        texts = [row[1] for row in rows if row is not None]
+        number = rows[0][0] if rows[0] is not None else 0
+        if any(t is None for t in texts):
+            stats.add("input.pairs_dropped")
+            continue
+        pair = tuple(t for t in texts if t is not None)
+        if any(not t.strip() for t in pair):
+            if policy.empty == "error":
+                raise DataError(
+                    f"{paths[0]}:{number}: empty segment (set input.empty: keep | drop)"
+                )
+            if policy.empty == "drop":
+                stats.add("input.empty_dropped")
+                continue
+        yield pair
+
+
+def read_tsv(path: Path, columns: list[int], policy: InputPolicy, stats: Stats) -> Iterator[Pair]:
+    """Columns of a tab-separated file; a line with too few columns is an error."""
+    need = max(columns) + 1
+    for number, text in LineReader(path, policy, stats):
+        if text is None:
+            stats.add("input.pairs_dropped")
+            continue
+        fields = text.split("\t")
+        if len(fields) < need:
+            if not text.strip() and policy.empty != "error":
+                if policy.empty == "drop":
+                    stats.add("input.empty_dropped")
+                    continue
+                fields = [""] * need
+            else:
+                raise DataError(
+                    f"{path}:{number}: expected at least {need} tab-separated columns, "
+                    f"found {len(fields)}"
+                )
+        pair = tuple(fields[c] for c in columns)
+        if any(not t.strip() for t in pair):
+            if policy.empty == "error":
+                raise DataError(f"{path}:{number}: empty segment (set input.empty: keep | drop)")
+            if policy.empty == "drop":
+                stats.add("input.empty_dropped")
+                continue
+        yield pair
+
+
+class Corpus:
+    """A corpus directory written by mtcore: ``<name>.<lang>`` files and ``artifact.json``."""
+
+    def __init__(self, path: Path, langs: tuple[str, ...], name: str = "corpus") -> None:
+        self.path = path
+        self.langs = tuple(langs)
+        self.name = name
+
+    @classmethod
+    def open(cls, path: Path) -> Corpus:
+        from mtcore.step import Artifact
+
+        meta = Artifact.open(path).meta
+        if meta.get("type") not in ("parallel", "monolingual"):
+            raise DataError(f"{path} is not a corpus (artifact type {meta.get('type')!r})")
+        return cls(path, tuple(meta["langs"]), meta.get("name", "corpus"))
+
+    def file(self, lang: str) -> Path:
+        return self.path / f"{self.name}.{lang}"
+
+    def files(self) -> list[Path]:
+        return [self.file(lang) for lang in self.langs]
+
+    def __iter__(self) -> Iterator[Pair]:
+        return read_parallel(self.files(), STRICT, Stats())
+
+    def count(self) -> int:
+        with open(self.files()[0], "rb") as handle:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+
+
+class CorpusWriter:
+    """Writes pairs to ``<dir>/<name>.<lang>``; ``close`` records the artifact metadata."""
+
+    def __init__(self, path: Path, langs: Iterable[str], name: str = "corpus") -> None:
+        self.corpus = Corpus(path, tuple(langs), name)
+        path.mkdir(parents=True, exist_ok=True)
+        self.handles = [
+            open(f, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 (closed in close())
+            for f in self.corpus.files()
+        ]
+        self.lines = 0
+
+    def write(self, pair: Pair) -> None:
+        if len(pair) != len(self.handles):
+            raise DataError(
+                f"{self.corpus.path}: segment has {len(pair)} sides, corpus has {len(self.handles)}"
+            )
+        for handle, text in zip(self.handles, pair, strict=True):
+            if "\n" in text:  # the readers guarantee this never happens; a plugin bug if it does
+                raise DataError(
+                    f"{self.corpus.path}: a plugin produced a segment containing a newline"
+                )
+            handle.write(text)
+            handle.write("\n")
+        self.lines += 1
+
+    def write_all(self, pairs: Iterable[Pair]) -> None:
+        for pair in pairs:
+            self.write(pair)
+
+    def close(self, **extra: object) -> Corpus:
+        for handle in self.handles:
+            handle.close()
+        kind = "parallel" if len(self.corpus.langs) > 1 else "monolingual"
+        write_artifact_meta(
+            self.corpus.path,
+            type=kind,
+            langs=list(self.corpus.langs),
+            name=self.corpus.name,
+            lines=self.lines,
+            **extra,
+        )
+        return self.corpus
+
+    def __enter__(self) -> CorpusWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            for handle in self.handles:
+                handle.close()
+
+
+def batched(items: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
+    batch: list[Pair] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

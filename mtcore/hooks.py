@@ -1,0 +1,38 @@
+"""Lifecycle hooks (pluggy). Components are never registered through hooks: only events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+PROJECT = "mtcore"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class LifecycleSpec:
+    @hookspec
+    def mtcore_recipe_loaded(self, recipe: Any) -> None:
+        """A recipe was loaded and validated, before planning."""
+
+    @hookspec
+    def mtcore_step_started(self, step_id: str, kind: str, step_hash: str) -> None:
+        """A step is about to run (not called for a step found complete in the cache)."""
+
+    @hookspec
+    def mtcore_step_finished(self, step_id: str, kind: str, manifest: dict[str, Any]) -> None:
+        """A step completed and its output was renamed into place."""
+
+    @hookspec
+    def mtcore_add_commands(self, cli: Any) -> None:
+        """Add click commands to the ``mtcore`` command group."""
+
+
+def make_plugin_manager(load_entrypoints: bool = True) -> pluggy.PluginManager:
+    """A fresh manager per run; hook implementations come from the ``mtcore.hooks`` group."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(LifecycleSpec)
+    if load_entrypoints:
+        pm.load_setuptools_entrypoints("mtcore.hooks")
+    return pm

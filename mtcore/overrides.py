@@ -1,0 +1,105 @@
+"""Profile deep-merge, ``--set key.path=value`` overrides and ``${var}`` interpolation."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import yaml
+
+from mtcore.errors import RecipeError
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """Mappings merge key by key; anything else replaces. ``None`` deletes the key (so a
+    profile or ``--set`` can remove a step or a setting)."""
+    if not isinstance(base, dict) or not isinstance(override, dict):
+        return copy.deepcopy(override)
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif key in merged:
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def parse_set(assignment: str) -> tuple[list[str], Any]:
+    """``steps.train.max_update=20`` -> (['steps', 'train', 'max_update'], 20); the value is read
+    as YAML so numbers, booleans, lists and ``null`` work."""
+    if "=" not in assignment:
+        raise RecipeError([f"--set {assignment!r}: expected KEY.PATH=VALUE"], "command line")
+    key, raw = assignment.split("=", 1)
+    path = [part for part in key.strip().split(".") if part]
+    if not path:
+        raise RecipeError([f"--set {assignment!r}: empty key"], "command line")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise RecipeError(
+            [f"--set {assignment!r}: value is not valid YAML ({exc})"], "command line"
+        ) from exc
+    return path, value
+
+
+def apply_set(document: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """Set one dotted path; list elements are addressed by index (``filters.1.max_ratio``)."""
+    document = copy.deepcopy(document)
+    node: Any = document
+    for i, part in enumerate(path[:-1]):
+        if isinstance(node, list):
+            node = node[_index(node, part, path[: i + 1])]
+        else:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict | list):
+                raise RecipeError(
+                    [f"--set {'.'.join(path)}: {'.'.join(path[: i + 1])} is a value, not a map"],
+                    "command line",
+                )
+    last = path[-1]
+    if isinstance(node, list):
+        node[_index(node, last, path)] = value
+    elif value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return document
+
+
+def _index(node: list[Any], part: str, path: list[str]) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise RecipeError(
+            [f"--set {'.'.join(path)}: {part!r} is not an index of a list of {len(node)}"],
+            "command line",
+        )
+    return int(part)
+
+
+def interpolate(node: Any, variables: dict[str, Any], problems: list[str], loc: str = "") -> Any:
+    """Replace ``${name}`` in every string by ``vars.name``; unknown names are problems."""
+    if isinstance(node, dict):
+        return {
+            k: interpolate(v, variables, problems, f"{loc}.{k}" if loc else str(k))
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [interpolate(v, variables, problems, f"{loc}.{i}") for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node:
+        whole = _VAR.fullmatch(node)
+        if whole and whole.group(1) in variables:  # keep the variable's type
+            return variables[whole.group(1)]
+
+        def sub(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in variables:
+                problems.append(f"{loc}: unknown variable ${{{name}}}; define it under 'vars'")
+                return match.group(0)
+            return str(variables[name])
+
+        return _VAR.sub(sub, node)
+    return node

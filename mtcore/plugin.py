@@ -1,0 +1,112 @@
+"""Base classes of the plugin kinds. A plugin is one small class: ``name``, a nested pydantic
+``Config`` and one or two methods. The registry finds them through entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class PluginConfig(BaseModel):
+    """Base of every plugin's ``Config``: unknown keys are errors, values are validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Plugin:
+    """Common base: ``name`` equals the entry-point name; ``Config`` holds the settings."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type[PluginConfig]] = PluginConfig
+
+    def __init__(self, config: PluginConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None) -> Plugin:
+        return cls(cls.Config.model_validate(values or {}))
+
+
+Pair = tuple[str, ...]
+"""One segment of a corpus: one string per language, in the corpus' language order."""
+
+
+class Source(Plugin):
+    """Yields a corpus. ``langs`` lists its languages in column order (one for monolingual)."""
+
+    def langs(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """A string that changes whenever the data this source yields would change."""
+        raise NotImplementedError
+
+    def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
+        """Yield segments in order. File-reading sources read through
+        :func:`mtcore.corpus.read_parallel` / :func:`mtcore.corpus.read_tsv` with ``policy`` (an
+        :class:`mtcore.corpus.InputPolicy`) and count what it handled in ``stats``; the fetch step
+        additionally checks every yielded segment for newlines and NUL bytes."""
+        raise NotImplementedError
+
+
+class Filter(Plugin):
+    """OpusFilter's split: ``score`` a batch, then ``accept`` each score.
+
+    ``score`` receives a list of pairs and returns a list of the same length, in the same order.
+    A ``stateful`` filter (deduplication) sees every pair of the corpus in order in one process;
+    a stateless one may run on shards in parallel.
+    """
+
+    stateful: ClassVar[bool] = False
+
+    def setup(self, langs: tuple[str, ...]) -> None:
+        """Called once per process before the first batch, with the corpus languages."""
+        self.langs = langs
+
+    def score(self, batch: Sequence[Pair]) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def accept(self, score: Any) -> bool:
+        raise NotImplementedError
+
+
+class Processor(Plugin):
+    """Rewrites text: ``process(batch, lang) -> same-length list``."""
+
+    def process(self, batch: Sequence[str], lang: str) -> list[str]:
+        raise NotImplementedError
+
+
+class Metric(Plugin):
+    """Corpus score with a reproducibility signature."""
+
+    def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Any:
+        """``refs`` is a list of reference streams, each as long as ``hyps``. Returns a
+        :class:`mtcore.metrics.Score`."""
+        raise NotImplementedError
+
+
+class Model(Plugin):
+    """Registers architectures, criteria or optimizers into fairseq's own registries.
+
+    ``register()`` is called before fairseq parses arguments or loads a checkpoint;
+    ``user_dir()`` names a directory fairseq's ``--user-dir`` can import in a subprocess.
+    """
+
+    def register(self) -> None:
+        raise NotImplementedError
+
+    def user_dir(self) -> str | None:
+        return None
+
+
+class Executor(Plugin):
+    """Runs tasks of a data step: ``map(fn, tasks)`` yields results in task order."""
+
+    def map(self, fn: Any, tasks: Any) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release workers."""

@@ -1,0 +1,320 @@
+"""Recipe loading and validation. A recipe is data (``yaml.safe_load``); every problem is
+reported at once with its location before any work starts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mtcore.errors import PluginError, RecipeError
+from mtcore.overrides import apply_set, deep_merge, interpolate, parse_set
+from mtcore.plugin import Plugin, PluginConfig
+from mtcore.registry import Registry, suggest
+from mtcore.step import Step
+
+STEP_KEYS = ("kind", "inputs")
+DATA_KEYS = ("source", "input")
+_ID = re.compile(r"^[a-z][a-z0-9_]*$")
+_DIRECTION = re.compile(r"^[a-z]{2,3}-[a-z]{2,3}$")
+
+
+class ExecutorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("local", description="executor plugin name")
+    workers: int | None = Field(None, ge=1, le=1024, description="parallel workers; default: cores")
+
+
+class RecipeHead(BaseModel):
+    """The recipe's own keys; ``data`` and ``steps`` entries are validated by their plugins."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    paper: str | None = Field(None, description="citation of the system this recipe replicates")
+    directions: list[str] = Field(default_factory=list)
+    vars: dict[str, Any] = Field(default_factory=dict)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    seed: int = Field(1, ge=0)
+    default_profile: str | None = None
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    data: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    steps: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+@dataclass
+class StepSpec:
+    """One node of the plan: a recipe step or a ``data`` entry (run as a ``fetch`` step)."""
+
+    id: str
+    kind: str
+    plugin: Step
+    inputs: dict[str, str] = field(default_factory=dict)  # role -> reference "step[.output]"
+    location: str = ""
+
+
+@dataclass
+class Recipe:
+    path: Path | None
+    name: str
+    profile: str | None
+    head: RecipeHead
+    resolved: dict[str, Any]
+    steps: dict[str, StepSpec]
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError([f"cannot read recipe: {exc.strerror}"], str(path)) from exc
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise RecipeError(
+            [f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"], str(path)
+        ) from exc
+    if not isinstance(document, dict):
+        raise RecipeError(["the recipe must be a YAML mapping"], str(path))
+    return document
+
+
+def resolve_document(
+    document: dict[str, Any], profile: str | None, sets: list[str], source: str
+) -> tuple[dict[str, Any], str | None]:
+    """Apply the profile, then ``--set`` overrides, then ``${var}`` interpolation."""
+    profiles = document.get("profiles") or {}
+    chosen = profile or document.get("default_profile")
+    if chosen is not None:
+        if not isinstance(profiles, dict) or chosen not in profiles:
+            names = list(profiles) if isinstance(profiles, dict) else []
+            raise RecipeError(
+                [f"unknown profile {chosen!r}. {suggest(chosen, names, 'Profiles')}"], source
+            )
+        document = deep_merge(document, profiles[chosen] or {})
+    for assignment in sets:
+        path, value = parse_set(assignment)
+        document = apply_set(document, path, value)
+    problems: list[str] = []
+    variables = document.get("vars") or {}
+    if not isinstance(variables, dict):
+        raise RecipeError(["vars: must be a mapping"], source)
+    body = {k: v for k, v in document.items() if k not in ("profiles", "vars")}
+    body = interpolate(body, variables, problems)
+    if problems:
+        raise RecipeError(problems, source)
+    return {**document, **body}, chosen
+
+
+def load_recipe(
+    path: str | Path, registry: Registry, profile: str | None = None, sets: list[str] | None = None
+) -> Recipe:
+    path = Path(path)
+    return build_recipe(read_yaml(path), registry, profile, sets or [], str(path), path)
+
+
+def build_recipe(
+    document: dict[str, Any],
+    registry: Registry,
+    profile: str | None = None,
+    sets: list[str] | None = None,
+    source: str = "recipe",
+    path: Path | None = None,
+) -> Recipe:
+    resolved, chosen = resolve_document(document, profile, sets or [], source)
+    problems: list[str] = []
+    try:
+        head = RecipeHead.model_validate(resolved)
+    except ValidationError as exc:
+        raise RecipeError(pydantic_problems(exc), source) from exc
+    for i, direction in enumerate(head.directions):
+        if not _DIRECTION.match(direction):
+            problems.append(f"directions.{i}: {direction!r} is not a direction like 'en-ja'")
+    steps: dict[str, StepSpec] = {}
+    for name, entry in head.data.items():
+        spec = _data_step(name, entry, registry, problems)
+        if spec:
+            steps[name] = spec
+    for step_id, entry in head.steps.items():
+        if step_id in head.data:
+            problems.append(f"steps.{step_id}: id is also the name of a data entry; rename one")
+            continue
+        spec = _recipe_step(step_id, entry, registry, problems)
+        if spec:
+            steps[step_id] = spec
+    _check_references(steps, problems, set(head.data) | set(head.steps))
+    if not problems:
+        _check_cycles(steps, problems)
+    if problems:
+        raise RecipeError(problems, source)
+    return Recipe(path, head.name, chosen, head, resolved, steps)
+
+
+def _data_step(
+    name: str, entry: dict[str, Any], registry: Registry, problems: list[str]
+) -> StepSpec | None:
+    loc = f"data.{name}"
+    if not _ID.match(name):
+        problems.append(f"{loc}: name must be lower_snake_case")
+    if not isinstance(entry, dict) or "source" not in entry:
+        problems.append(f"{loc}.source: Field required (a source plugin name)")
+        return None
+    source_name = entry["source"]
+    source_cls = _load(registry, "sources", str(source_name), f"{loc}.source", problems)
+    if source_cls is None:
+        return None
+    source_cfg = {k: v for k, v in entry.items() if k not in DATA_KEYS}
+    source_problems = _validate_config(source_cls, source_cfg, loc, problems)
+    if source_problems:
+        return None
+    fetch_cls = _load(registry, "steps", "fetch", f"{loc}", problems)
+    if fetch_cls is None:
+        return None
+    fetch_values = {"source": source_name, "config": source_cfg}
+    if "input" in entry:
+        fetch_values["input"] = entry["input"]
+    plugin = _make(fetch_cls, fetch_values, loc, problems, strip_prefix=("config",))
+    if plugin is None:
+        return None
+    return StepSpec(name, "fetch", plugin, {}, loc)
+
+
+def _recipe_step(
+    step_id: str, entry: dict[str, Any], registry: Registry, problems: list[str]
+) -> StepSpec | None:
+    loc = f"steps.{step_id}"
+    if not _ID.match(step_id):
+        problems.append(f"{loc}: step id must be lower_snake_case")
+    if not isinstance(entry, dict):
+        problems.append(f"{loc}: must be a mapping with 'kind', 'inputs' and the step's settings")
+        return None
+    if "kind" not in entry:
+        problems.append(f"{loc}.kind: Field required (a step plugin name)")
+        return None
+    kind = str(entry["kind"])
+    step_cls = _load(registry, "steps", kind, f"{loc}.kind", problems)
+    if step_cls is None:
+        return None
+    inputs = entry.get("inputs") or {}
+    if not isinstance(inputs, dict):
+        problems.append(f"{loc}.inputs: must map input roles to data names or step ids")
+        inputs = {}
+    for role, required in step_cls.inputs.items():
+        if required and role not in inputs:
+            problems.append(f"{loc}.inputs.{role}: Field required (step kind {kind!r} needs it)")
+    for role in inputs:
+        if role not in step_cls.inputs:
+            valid = ", ".join(step_cls.inputs) or "none"
+            problems.append(
+                f"{loc}.inputs.{role}: step kind {kind!r} has no input {role!r} (valid: {valid})"
+            )
+    config = {k: v for k, v in entry.items() if k not in STEP_KEYS}
+    plugin = _make(step_cls, config, loc, problems)
+    if plugin is None:
+        return None
+    assert isinstance(plugin, Step)
+    for where, message in plugin.check(registry):
+        problems.append(f"{loc}.{where}: {message}" if where else f"{loc}: {message}")
+    return StepSpec(step_id, kind, plugin, {str(k): str(v) for k, v in inputs.items()}, loc)
+
+
+def _load(registry: Registry, kind: str, name: str, loc: str, problems: list[str]) -> type | None:
+    try:
+        return registry.load(kind, name)
+    except PluginError as exc:
+        problems.append(f"{loc}: {exc}")
+        return None
+
+
+def _validate_config(cls: type, values: dict[str, Any], loc: str, problems: list[str]) -> list[str]:
+    config_cls: type[PluginConfig] = cls.Config  # type: ignore[attr-defined]
+    try:
+        config_cls.model_validate(values)
+    except ValidationError as exc:
+        found = pydantic_problems(exc, loc)
+        problems.extend(found)
+        return found
+    return []
+
+
+def _make(
+    cls: type,
+    values: dict[str, Any],
+    loc: str,
+    problems: list[str],
+    strip_prefix: tuple[str, ...] = (),
+) -> Plugin | None:
+    try:
+        return cls.from_dict(values)  # type: ignore[attr-defined, no-any-return]
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(exc, loc, strip_prefix))
+        return None
+
+
+def pydantic_problems(
+    exc: ValidationError, prefix: str = "", strip_prefix: tuple[str, ...] = ()
+) -> list[str]:
+    """``steps.clean.filters.1.max_ratio: Input should be greater than 1``."""
+    out = []
+    for err in exc.errors():
+        parts = [str(p) for p in err["loc"]]
+        if parts and parts[0] in strip_prefix:
+            parts = parts[1:]
+        where = ".".join(p for p in ([prefix] if prefix else []) + parts)
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown setting"
+        out.append(f"{where}: {message}" if where else message)
+    return out
+
+
+def split_reference(ref: str) -> tuple[str, str | None]:
+    step, _, output = ref.partition(".")
+    return step, output or None
+
+
+def _check_references(steps: dict[str, StepSpec], problems: list[str], declared: set[str]) -> None:
+    """``declared`` holds every id in the recipe, valid or not: a reference to an entry that
+    already has a problem of its own is not reported a second time."""
+    for spec in steps.values():
+        for role, ref in spec.inputs.items():
+            target, output = split_reference(ref)
+            if target in declared and target not in steps:
+                continue
+            if target not in steps:
+                problems.append(
+                    f"{spec.location}.inputs.{role}: unknown data or step {target!r}. "
+                    f"{suggest(target, steps, 'Known')}"
+                )
+                continue
+            outputs = steps[target].plugin.outputs
+            if output is not None and output not in outputs:
+                problems.append(
+                    f"{spec.location}.inputs.{role}: step {target!r} has no output {output!r} "
+                    f"(outputs: {', '.join(outputs)})"
+                )
+
+
+def _check_cycles(steps: dict[str, StepSpec], problems: list[str]) -> None:
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        if state.get(node) == 2:
+            return
+        if state.get(node) == 1:
+            cycle = trail[trail.index(node) :] + [node]
+            problems.append(f"steps: dependency cycle {' -> '.join(cycle)}")
+            return
+        state[node] = 1
+        for ref in steps[node].inputs.values():
+            visit(split_reference(ref)[0], [*trail, node])
+        state[node] = 2
+
+    for node in steps:
+        visit(node, [])

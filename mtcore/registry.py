@@ -1,0 +1,149 @@
+"""Plugin lookup by short name inside the entry-point groups ``mtcore.<kind>``.
+
+Listing reads entry-point metadata only, so ``mtcore plugins`` never imports a plugin module
+(and so never torch or fairseq). Loading one plugin goes through stevedore's driver manager.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from mtcore.errors import PluginError
+
+KINDS: tuple[str, ...] = (
+    "sources",
+    "filters",
+    "processors",
+    "selectors",
+    "augmenters",
+    "models",
+    "scorers",
+    "tuners",
+    "metrics",
+    "steps",
+    "executors",
+)
+
+SINGULAR = {kind: kind[:-1] for kind in KINDS}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What the entry-point metadata says of one plugin, without importing it."""
+
+    kind: str
+    name: str
+    target: str
+    dist: str
+    version: str
+
+
+def group(kind: str) -> str:
+    if kind not in KINDS:
+        raise PluginError(f"Unknown plugin kind {kind!r}. {suggest(kind, KINDS, 'Valid kinds')}")
+    return f"mtcore.{kind}"
+
+
+def suggest(name: str, choices: Any, label: str = "Valid names") -> str:
+    """``Did you mean 'x'?`` when a close match exists, else the list of valid names."""
+    choices = sorted(choices)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    if close:
+        return f"Did you mean {close[0]!r}?"
+    return f"{label}: {', '.join(choices) if choices else '(none installed)'}."
+
+
+class Registry:
+    """Entry-point view of every installed plugin; built fresh by :func:`load_registry`."""
+
+    def __init__(self, infos: list[PluginInfo]) -> None:
+        self._by_kind: dict[str, dict[str, list[PluginInfo]]] = {k: {} for k in KINDS}
+        for info in infos:
+            self._by_kind[info.kind].setdefault(info.name, []).append(info)
+        self._loaded: dict[tuple[str, str], type] = {}
+
+    def names(self, kind: str) -> list[str]:
+        group(kind)
+        return sorted(self._by_kind[kind])
+
+    def info(self, kind: str, name: str) -> PluginInfo:
+        group(kind)
+        claims = self._by_kind[kind].get(name)
+        if not claims:
+            noun = SINGULAR[kind]
+            raise PluginError(
+                f"Unknown {noun} {name!r}. {suggest(name, self._by_kind[kind], f'Known {kind}')}"
+            )
+        if len({(c.dist, c.target) for c in claims}) > 1:
+            who = ", ".join(f"{c.dist} ({c.target})" for c in claims)
+            raise PluginError(
+                f"{SINGULAR[kind].capitalize()} {name!r} is claimed by more than one package: "
+                f"{who}. Uninstall one of them."
+            )
+        return claims[0]
+
+    def has(self, kind: str, name: str) -> bool:
+        return name in self._by_kind.get(kind, {})
+
+    def load(self, kind: str, name: str) -> type:
+        """Import and return the plugin class; checks that its ``name`` matches."""
+        key = (kind, name)
+        if key in self._loaded:
+            return self._loaded[key]
+        info = self.info(kind, name)
+        from stevedore import driver
+
+        try:
+            manager = driver.DriverManager(
+                namespace=group(kind),
+                name=name,
+                invoke_on_load=False,
+                on_load_failure_callback=_raise,
+            )
+        except PluginError:
+            raise
+        except Exception as exc:  # stevedore wraps many failures; name the plugin
+            raise PluginError(
+                f"Could not load {SINGULAR[kind]} {name!r} ({info.target}): {exc}"
+            ) from exc
+        cls = manager.driver
+        if getattr(cls, "name", None) != name:
+            raise PluginError(
+                f"{info.target} is registered as {SINGULAR[kind]} {name!r} but its class says "
+                f"name = {getattr(cls, 'name', None)!r}; they must be equal."
+            )
+        self._loaded[key] = cls
+        return cls
+
+    def version(self, kind: str, name: str) -> str:
+        info = self.info(kind, name)
+        return f"{info.dist}=={info.version}"
+
+
+def _raise(manager: Any, entrypoint: Any, exc: Exception) -> None:
+    raise PluginError(
+        f"Could not load plugin {entrypoint.name!r} ({entrypoint.value}): {exc}"
+    ) from exc
+
+
+def load_registry() -> Registry:
+    """Read every ``mtcore.*`` entry point of the installed distributions."""
+    infos: list[PluginInfo] = []
+    seen: set[tuple[str, str, str, str]] = set()
+    for dist in metadata.distributions():
+        dist_name = dist.metadata["Name"] or "?"
+        for ep in dist.entry_points:
+            if not ep.group.startswith("mtcore."):
+                continue
+            kind = ep.group.split(".", 1)[1]
+            if kind not in KINDS:
+                continue
+            key = (kind, ep.name, dist_name, ep.value)
+            if key in seen:  # one distribution visible twice on sys.path
+                continue
+            seen.add(key)
+            infos.append(PluginInfo(kind, ep.name, ep.value, dist_name, dist.version))
+    return Registry(infos)

@@ -1,0 +1,237 @@
+"""Runs a plan: skips steps whose complete output exists, runs the others in a resume-safe
+working directory and renames it into place with a manifest once the step has finished."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtcore import __version__
+from mtcore.errors import MtcoreError, StepError
+from mtcore.hashing import hash_tree
+from mtcore.plan import PlannedStep, make_plan, step_dir
+from mtcore.plugin import Executor
+from mtcore.recipe import Recipe, split_reference
+from mtcore.registry import Registry
+from mtcore.step import Artifact, StepContext, config_dict
+
+MANIFEST = "manifest.json"
+log = logging.getLogger("mtcore")
+
+
+@dataclass
+class StepResult:
+    planned: PlannedStep
+    status: str  # "ran" or "cached"
+    manifest: dict[str, Any]
+    path: Path
+
+
+@dataclass
+class RunResult:
+    workdir: Path
+    results: list[StepResult] = field(default_factory=list)
+    log_file: Path | None = None
+
+    def manifest(self, step_id: str) -> dict[str, Any]:
+        for result in self.results:
+            if result.planned.id == step_id:
+                return result.manifest
+        raise KeyError(step_id)
+
+    def path(self, step_id: str) -> Path:
+        for result in self.results:
+            if result.planned.id == step_id:
+                return result.path
+        raise KeyError(step_id)
+
+
+def is_complete(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    return json.loads((path / MANIFEST).read_text())  # type: ignore[no-any-return]
+
+
+@contextmanager
+def workdir_lock(workdir: Path) -> Iterator[None]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(workdir / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise MtcoreError(f"workdir {workdir} is in use by another mtcore run") from exc
+        yield
+
+
+@contextmanager
+def run_log(workdir: Path) -> Iterator[Path]:
+    logs = workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    path = logs / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("mtcore")
+    root.addHandler(handler)
+    old_level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        handler.close()
+
+
+def make_executor(recipe: Recipe, registry: Registry) -> Executor:
+    spec = recipe.head.executor
+    cls = registry.load("executors", spec.name)
+    values = {"workers": spec.workers} if spec.workers is not None else {}
+    executor = cls.from_dict(values)
+    assert isinstance(executor, Executor)
+    return executor
+
+
+class Runner:
+    """Runs one recipe in one workdir. ``hooks`` is a pluggy manager (lifecycle events)."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        registry: Registry,
+        workdir: Path,
+        hooks: Any = None,
+        show_progress: bool = True,
+    ) -> None:
+        self.recipe = recipe
+        self.registry = registry
+        self.workdir = workdir
+        self.hooks = hooks
+        self.show_progress = show_progress
+
+    def status(self, until: str | None = None) -> list[tuple[PlannedStep, bool]]:
+        plan = make_plan(self.recipe, self.registry, until)
+        return [(p, is_complete(step_dir(self.workdir, p))) for p in plan]
+
+    def run(self, until: str | None = None) -> RunResult:
+        plan = make_plan(self.recipe, self.registry, until)
+        self._planned = {p.id: p for p in plan}
+        with workdir_lock(self.workdir), run_log(self.workdir) as log_file:
+            self._write_resolved()
+            result = RunResult(self.workdir, log_file=log_file)
+            executor: Executor | None = None
+            try:
+                for planned in plan:
+                    final = step_dir(self.workdir, planned)
+                    if is_complete(final):
+                        log.info("step %s: cached (%s)", planned.id, final.name)
+                        result.results.append(
+                            StepResult(planned, "cached", read_manifest(final), final)
+                        )
+                        continue
+                    if executor is None:
+                        executor = make_executor(self.recipe, self.registry)
+                    manifest = self._run_step(planned, executor)
+                    result.results.append(StepResult(planned, "ran", manifest, final))
+            finally:
+                if executor is not None:
+                    executor.close()
+            from mtcore.report import write_report
+
+            write_report(self.recipe, result)
+            return result
+
+    def _write_resolved(self) -> None:
+        resolved = {k: v for k, v in self.recipe.resolved.items() if k != "profiles"}
+        resolved["profile"] = self.recipe.profile
+        text = yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
+        (self.workdir / f"{self.recipe.name}.resolved.yaml").write_text(text, encoding="utf-8")
+
+    def _inputs(self, planned: PlannedStep) -> tuple[dict[str, Artifact], dict[str, Any]]:
+        artifacts: dict[str, Artifact] = {}
+        described: dict[str, Any] = {}
+        steps = self.recipe.steps
+        for role, ref in planned.spec.inputs.items():
+            target, output = split_reference(ref)
+            dep = self._planned[target]
+            output = output or steps[target].plugin.outputs[0]
+            artifacts[role] = Artifact.open(step_dir(self.workdir, dep) / output)
+            described[role] = {"step": target, "hash": dep.hash, "output": output}
+        return artifacts, described
+
+    def _run_step(self, planned: PlannedStep, executor: Executor) -> dict[str, Any]:
+        final = step_dir(self.workdir, planned)
+        work = self.workdir / "steps" / ".partial" / planned.dirname
+        resumed = work.exists()
+        work.mkdir(parents=True, exist_ok=True)
+        inputs, described = self._inputs(planned)
+        ctx = StepContext(
+            step_id=planned.id,
+            kind=planned.spec.kind,
+            step_hash=planned.hash,
+            work=work,
+            inputs=inputs,
+            executor=executor,
+            registry=self.registry,
+            log=logging.getLogger(f"mtcore.step.{planned.id}"),
+            show_progress=self.show_progress,
+        )
+        log.info(
+            "step %s (%s): %s%s",
+            planned.id,
+            planned.spec.kind,
+            "resuming in " if resumed else "running in ",
+            work,
+        )
+        if self.hooks is not None:
+            self.hooks.hook.mtcore_step_started(
+                step_id=planned.id, kind=planned.spec.kind, step_hash=planned.hash
+            )
+        started = time.time()
+        try:
+            planned.spec.plugin.run(ctx)
+        except MtcoreError:
+            raise
+        except Exception as exc:
+            raise StepError(
+                f"step {planned.id!r} ({planned.spec.kind}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        seconds = time.time() - started
+        shutil.rmtree(work / ".scratch", ignore_errors=True)
+        manifest = {
+            "id": planned.id,
+            "kind": planned.spec.kind,
+            "hash": planned.hash,
+            "recipe": self.recipe.name,
+            "mtcore": __version__,
+            "config": config_dict(planned.spec.plugin.config),
+            "inputs": described,
+            "counts": ctx.stats.as_dict(),
+            "metrics": ctx.metrics,
+            "outputs": hash_tree(work, skip=(MANIFEST,)),
+            "seconds": round(seconds, 3),
+            "resumed": resumed,
+        }
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():  # an incomplete leftover without manifest
+            shutil.rmtree(final)
+        os.rename(work, final)
+        log.info("step %s: done in %.1fs", planned.id, seconds)
+        if self.hooks is not None:
+            self.hooks.hook.mtcore_step_finished(
+                step_id=planned.id, kind=planned.spec.kind, manifest=manifest
+            )
+        return manifest

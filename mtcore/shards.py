@@ -1,0 +1,77 @@
+"""Resume-safe sharded mapping over an executor.
+
+The input is cut into shards of a fixed number of segments; each shard's result is saved under
+the step's scratch directory as soon as it arrives (write, then rename), so a step killed
+mid-way and run again submits only the shards that have no saved result. Results come back in
+shard order whatever the executor's scheduling.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mtcore.plugin import Executor
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_shards(
+    executor: Executor,
+    fn: Callable[[Any], R],
+    shards: Iterable[T],
+    make_task: Callable[[T], Any],
+    store: Path,
+) -> Iterator[tuple[T, R]]:
+    """Yields ``(shard, fn(make_task(shard)))`` in order, reusing results saved in ``store``."""
+    store.mkdir(parents=True, exist_ok=True)
+    order: list[tuple[int, T]] = []  # every shard seen so far, saved or submitted, in order
+
+    def tasks() -> Iterator[Any]:
+        for number, shard in enumerate(shards):
+            order.append((number, shard))
+            if not _path(store, number).exists():
+                yield make_task(shard)
+
+    results = executor.map(fn, tasks())
+    done = 0
+    for result in _with_sentinel(results):
+        # Results arrive in submission order; shards saved by an earlier run sit between them.
+        while done < len(order) and _path(store, order[done][0]).exists():
+            number, shard = order[done]
+            done += 1
+            yield shard, _load(_path(store, number))
+        if result is _END:
+            return
+        number, shard = order[done]
+        done += 1
+        _save(_path(store, number), result)
+        yield shard, result
+
+
+_END = object()
+
+
+def _with_sentinel(results: Iterator[Any]) -> Iterator[Any]:
+    yield from results
+    yield _END
+
+
+def _path(store: Path, number: int) -> Path:
+    return store / f"{number:08d}.pkl"
+
+
+def _save(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as handle:
+        pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def _load(path: Path) -> Any:
+    with open(path, "rb") as handle:
+        return pickle.load(handle)

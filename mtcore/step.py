@@ -1,0 +1,111 @@
+"""The step contract: the verbs of a recipe. A step reads its input artifacts, writes its outputs
+into the directories the runner gives it and reports counts and metrics; the runner owns
+hashing, caching, the temporary directory and the manifest."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mtcore.plugin import Executor, Plugin, PluginConfig
+from mtcore.stats import Stats
+
+if TYPE_CHECKING:
+    from mtcore.registry import Registry
+
+ARTIFACT_FILE = "artifact.json"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One output directory of a completed step, with the metadata its step wrote."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @classmethod
+    def open(cls, path: Path) -> Artifact:
+        meta_file = path / ARTIFACT_FILE
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+        return cls(path, meta)
+
+    @property
+    def type(self) -> str:
+        return str(self.meta.get("type", "files"))
+
+
+def write_artifact_meta(path: Path, **meta: Any) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ARTIFACT_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+@dataclass
+class StepContext:
+    """What a running step sees. ``work`` survives a killed run (resume state lives there);
+    ``output(name)`` is a directory inside it that the runner renames into place on success."""
+
+    step_id: str
+    kind: str
+    step_hash: str
+    work: Path
+    inputs: dict[str, Artifact]
+    executor: Executor
+    registry: Registry
+    stats: Stats = field(default_factory=Stats)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("mtcore.step"))
+    show_progress: bool = True
+
+    def output(self, name: str) -> Path:
+        path = self.work / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def scratch(self, name: str) -> Path:
+        """A resume-safe working directory that is not part of the output."""
+        path = self.work / ".scratch" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def progress(self, total: int | None, desc: str) -> Any:
+        from tqdm import tqdm
+
+        return tqdm(
+            total=total,
+            desc=f"{self.step_id}: {desc}",
+            unit="seg",
+            disable=not self.show_progress,
+            leave=False,
+            mininterval=1.0,
+        )
+
+
+class Step(Plugin):
+    """A recipe verb. ``inputs`` maps role to whether it is required; ``outputs`` names the
+    output directories, the first being the default one a bare reference picks."""
+
+    inputs: ClassVar[dict[str, bool]] = {}
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
+
+    def check(self, registry: Registry) -> list[tuple[str, str]]:
+        """Validate nested plugin references in the config; returns (location, message) pairs."""
+        return []
+
+    def plugins_used(self) -> list[tuple[str, str]]:
+        """(kind, name) of every component plugin this step calls, for the step's hash."""
+        return []
+
+    def fingerprint(self, registry: Registry) -> str:
+        """Extra identity beyond the config: what outside the workdir the output depends on
+        (a source's files, say). Called at planning time; keep it cheap."""
+        return ""
+
+    def run(self, ctx: StepContext) -> None:
+        raise NotImplementedError
+
+
+def config_dict(config: PluginConfig) -> dict[str, Any]:
+    return config.model_dump(mode="json")

@@ -1,0 +1,93 @@
+"""The step every ``data`` entry becomes: runs a source plugin and writes its corpus."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from mtcore.corpus import INNER_BREAKS, CorpusWriter, InputPolicy
+from mtcore.errors import DataError
+from mtcore.plugin import Pair, PluginConfig, Source
+from mtcore.registry import Registry
+from mtcore.step import Step, StepContext
+
+
+class FetchConfig(PluginConfig):
+    source: str = Field(description="source plugin name")
+    config: dict[str, Any] = Field(default_factory=dict, description="the source plugin's settings")
+    input: InputPolicy = Field(default_factory=InputPolicy, description="handling of bad input")
+
+
+class FetchStep(Step):
+    """Reads a corpus from a source plugin into the workdir, applying the input policy."""
+
+    name = "fetch"
+    Config = FetchConfig
+    outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+
+    def _source(self, registry: Registry) -> Source:
+        cls = registry.load("sources", self.config.source)
+        source = cls.from_dict(self.config.config)
+        assert isinstance(source, Source)
+        return source
+
+    def plugins_used(self) -> list[tuple[str, str]]:
+        return [("sources", self.config.source)]
+
+    def fingerprint(self, registry: Registry) -> str:
+        return self._source(registry).fingerprint()
+
+    def run(self, ctx: StepContext) -> None:
+        source = self._source(ctx.registry)
+        policy = self.config.input
+        langs = source.langs()
+        with (
+            CorpusWriter(ctx.output("corpus"), langs) as writer,
+            ctx.progress(None, "fetch") as bar,
+        ):
+            for number, pair in enumerate(source.read(policy, ctx.stats), start=1):
+                checked = check_segment(pair, policy, ctx, number)
+                if checked is None:
+                    continue
+                writer.write(checked)
+                bar.update(1)
+        ctx.stats.add("pairs_out", writer.lines)
+
+
+def check_segment(pair: Pair, policy: InputPolicy, ctx: StepContext, number: int) -> Pair | None:
+    """Segments from sources that do not read lines (catalogs, archives) may hold newlines or
+    NUL bytes; apply the same policy as to files so alignment can never break."""
+    out = []
+    for text in pair:
+        if "\x00" in text:
+            if policy.nul == "error":
+                raise DataError(
+                    f"{ctx.step_id}: segment {number} contains a NUL byte "
+                    "(set input.nul: strip | drop)"
+                )
+            if policy.nul == "drop":
+                ctx.stats.add("input.nul_dropped")
+                return None
+            ctx.stats.add("input.nul_stripped")
+            text = text.replace("\x00", "")
+        if "\n" in text or INNER_BREAKS.search(text):
+            if policy.inner_breaks == "error":
+                raise DataError(
+                    f"{ctx.step_id}: segment {number} contains a line break "
+                    "(set input.inner_breaks: space | drop)"
+                )
+            if policy.inner_breaks == "drop":
+                ctx.stats.add("input.inner_breaks_dropped")
+                return None
+            ctx.stats.add("input.inner_breaks_replaced")
+            text = INNER_BREAKS.sub(" ", text.replace("\n", " "))
+        out.append(text)
+    if policy.empty != "keep" and any(not t.strip() for t in out):
+        if policy.empty == "error":
+            raise DataError(
+                f"{ctx.step_id}: segment {number} has an empty side (set input.empty: keep | drop)"
+            )
+        ctx.stats.add("input.empty_dropped")
+        return None
+    return tuple(out)

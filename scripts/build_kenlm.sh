@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds KenLM's lmplz and build_binary from the PyPI kenlm sdist into VENV/bin, and installs
+# the kenlm Python module. Needs cmake, a C++ compiler and Boost (installed with apt-get when
+# missing and we are root).
+set -euo pipefail
+venv=$1
+version=0.2.0
+if [[ -x "$venv/bin/lmplz" && -x "$venv/bin/build_binary" ]]; then
+    "$venv/bin/python" -c "import kenlm" 2>/dev/null && exit 0
+fi
+if [[ ! -e /usr/include/boost/program_options.hpp || ! -e /usr/include/zlib.h ]]; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            cmake g++ libboost-program-options-dev libboost-system-dev libboost-thread-dev \
+            libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev >/dev/null
+    else
+        echo "build_kenlm: need Boost and zlib headers (apt-get install" \
+            "libboost-program-options-dev libboost-system-dev libboost-thread-dev zlib1g-dev)" >&2
+        exit 1
+    fi
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$venv/bin/python" -m pip download -q --no-deps --no-binary :all: "kenlm==$version" -d "$work"
+tar -xzf "$work"/kenlm-*.tar.gz -C "$work"
+src=$(find "$work" -maxdepth 1 -type d -name 'kenlm-*' | head -n1)
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >/dev/null
+cmake --build "$work/build" --target lmplz build_binary -j "$(nproc)" >/dev/null
+cp "$work/build/bin/lmplz" "$work/build/bin/build_binary" "$venv/bin/"
+"$venv/bin/python" -m pip install -q --no-deps "$work"/kenlm-*.tar.gz

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything mtcore needs into .venv/ at the repository root. Idempotent: a second call
+# finds the stamp matching the current requirements and installs nothing.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv="$root/.venv"
+stamp="$venv/.mtcore-setup"
+want=$(cat "$root/scripts/setup.sh" "$root/scripts/build_kenlm.sh" "$root"/requirements/*.txt \
+    "$root/pyproject.toml" | sha256sum | cut -d' ' -f1)
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    exit 0
+fi
+echo "mtcore setup: installing into $venv" >&2
+python=${MTCORE_PYTHON:-python3.11}
+[[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q)
+"${pip[@]}" pip==25.1.1 setuptools==80.9.0 wheel==0.45.1
+# torch first and alone with its pinned version: pip then takes the local CPU wheel instead of
+# pulling a multi-GB CUDA build as a dependency of something else.
+"${pip[@]}" torch==2.13.0 numpy==2.2.6 cython==3.1.2
+# fairseq-fixed builds its Cython extensions against the torch and numpy above. --no-deps keeps
+# out torchaudio (a CUDA build that breaks transformers); its real requirements are in base.txt.
+"${pip[@]}" --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
+"${pip[@]}" -r "$root/requirements/base.txt" -r "$root/requirements/dev.txt"
+"$venv/bin/python" -m pip uninstall -y -q torchaudio 2>/dev/null || true
+bash "$root/scripts/build_kenlm.sh" "$venv"
+"${pip[@]}" --no-deps --no-build-isolation -e "$root"
+echo "$want" > "$stamp"
+echo "mtcore setup: done" >&2

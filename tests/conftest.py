@@ -1,0 +1,54 @@
+"""Shared fixtures: real data from ../shared/data, a registry, a recipe writer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mtcore.registry import Registry, load_registry
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+ENJA = SHARED / "en-ja" / "odashi+small_parallel_enja"
+
+
+def real_slice(
+    dest: Path, split: str, n: int, langs: tuple[str, ...] = ("en", "ja")
+) -> dict[str, Path]:
+    """The first ``n`` lines of small_parallel_enja's ``split`` copied into ``dest``."""
+    if not ENJA.exists():
+        pytest.skip(f"real data not found at {ENJA}")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for lang in langs:
+        with open(ENJA / f"{split}.{lang}", encoding="utf-8") as src:
+            lines = [next(src) for _ in range(n)]
+        out[lang] = dest / f"{split}.{lang}"
+        out[lang].write_text("".join(lines), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="session")
+def registry() -> Registry:
+    return load_registry()
+
+
+@pytest.fixture
+def write_recipe(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
+    def write(document: dict[str, Any], name: str = "recipe.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(
+            yaml.safe_dump(document, sort_keys=False, allow_unicode=True), encoding="utf-8"
+        )
+        return path
+
+    return write
+
+
+@pytest.fixture
+def enja_files(tmp_path: Path) -> dict[str, Path]:
+    """400 real En-Ja training pairs."""
+    return real_slice(tmp_path / "data", "train", 400)
