@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from mtcore import __version__
 from mtcore.errors import MtcoreError
@@ -35,10 +36,20 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Build machine-translation systems from YAML recipes."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    _console_logging(debug)
+
+
+def _console_logging(debug: bool) -> None:
+    """Warnings (everything with --debug) to stderr; the run log in the workdir gets INFO."""
+    logger = logging.getLogger("mtcore")
+    for handler in list(logger.handlers):
+        if getattr(handler, "_mtcore_console", False):
+            logger.removeHandler(handler)
+    handler = logging.StreamHandler()
+    handler._mtcore_console = True  # type: ignore[attr-defined]
+    handler.setLevel(logging.DEBUG if debug else logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
 
 
 def _recipe_options(f: Any) -> Any:
@@ -183,12 +194,17 @@ def _show(registry: Any, kind: str, name: str) -> None:
     required=True,
     multiple=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Repeatable.",
+    help="Reference file (repeat for several references).",
 )
 @click.option("--lang", required=True, help="Target language (picks the BLEU tokenizer).")
 @click.option("--metric", "metrics", multiple=True, default=("bleu", "chrf"), show_default=True)
+@click.option(
+    "--tokenize",
+    default=None,
+    help="BLEU tokenizer (default: by language; 13a, zh, ja-mecab, char, ...).",
+)
 def evaluate_command(
-    hyp: Path, refs: tuple[Path, ...], lang: str, metrics: tuple[str, ...]
+    hyp: Path, refs: tuple[Path, ...], lang: str, metrics: tuple[str, ...], tokenize: str | None
 ) -> None:
     """Score a hypothesis file against one or more references, with signatures."""
     from mtcore.metrics import build_metrics, check_lengths, evaluate, read_segments
@@ -196,7 +212,14 @@ def evaluate_command(
     hyps = read_segments(hyp)
     references = [read_segments(r) for r in refs]
     check_lengths(hyps, references, [str(r) for r in refs])
-    for score in evaluate(build_metrics(load_registry(), list(metrics)), hyps, references, lang):
+    entries: list[Any] = [
+        {"name": m, "tokenize": tokenize} if m == "bleu" and tokenize else m for m in metrics
+    ]
+    try:
+        plugins = build_metrics(load_registry(), entries)
+    except ValidationError as exc:
+        raise MtcoreError(f"--tokenize {tokenize!r}: {exc.errors()[0]['msg']}") from exc
+    for score in evaluate(plugins, hyps, references, lang):
         click.echo(str(score))
 
 

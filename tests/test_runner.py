@@ -1,0 +1,196 @@
+"""Planner and runner: caching, partial reruns, shared workdirs, resume after kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mtcore.hooks import hookimpl, make_plugin_manager
+from mtcore.plan import make_plan
+from mtcore.recipe import build_recipe
+from mtcore.runner import Runner
+
+from .conftest import real_slice
+
+
+def recipe_doc(files: dict[str, Path], **split) -> dict:
+    return {
+        "name": "runner",
+        "executor": {"workers": 1},
+        "data": {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}},
+        "steps": {
+            "clean": {
+                "kind": "clean",
+                "inputs": {"corpus": "bitext"},
+                "shard_size": 100,
+                "filters": [
+                    {"name": "length", "max_length": 80},
+                    {"name": "dedup"},
+                    {"name": "length_ratio", "max_ratio": 3},
+                ],
+            },
+            "split": {
+                "kind": "split",
+                "inputs": {"corpus": "clean"},
+                "valid_size": 20,
+                "test_size": 20,
+                **split,
+            },
+        },
+    }
+
+
+def outputs(workdir: Path) -> dict[str, bytes]:
+    """Every file under the completed step directories except manifests (they hold timings)."""
+    steps = workdir / "steps"
+    return {
+        p.relative_to(steps).as_posix(): p.read_bytes()
+        for p in sorted(steps.rglob("*"))
+        if p.is_file() and ".partial" not in p.parts and p.name != "manifest.json"
+    }
+
+
+def run(doc: dict, registry, workdir: Path, **kwargs):
+    recipe = build_recipe(doc, registry, **kwargs)
+    return Runner(recipe, registry, workdir, show_progress=False).run()
+
+
+def test_second_run_is_all_cached(tmp_path, registry, enja_files):
+    doc = recipe_doc(enja_files)
+    first = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in first.results] == ["ran", "ran", "ran"]
+    before = outputs(tmp_path / "w")
+    second = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in second.results] == ["cached", "cached", "cached"]
+    assert outputs(tmp_path / "w") == before
+    manifest = first.manifest("clean")
+    assert manifest["counts"]["pairs_in"] == 400
+    assert (
+        manifest["counts"]["pairs_out"]
+        + sum(v for k, v in manifest["counts"].items() if k.startswith("dropped."))
+        == 400
+    )
+    assert "| clean | clean | cached |" in (tmp_path / "w" / "report.md").read_text()
+
+
+def test_changed_step_reruns_only_itself_and_dependents(tmp_path, registry, enja_files):
+    doc = recipe_doc(enja_files)
+    run(doc, registry, tmp_path / "w")
+    doc["steps"]["clean"]["filters"][0]["max_length"] = 40
+    result = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in result.results] == ["cached", "ran", "ran"]
+
+
+def test_workers_do_not_change_the_hash_or_the_output(tmp_path, registry, enja_files):
+    one = run(recipe_doc(enja_files), registry, tmp_path / "a")
+    doc = recipe_doc(enja_files)
+    doc["executor"]["workers"] = 2
+    two = run(doc, registry, tmp_path / "b")
+    assert [r.planned.hash for r in one.results] == [r.planned.hash for r in two.results]
+    assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
+
+
+def test_recipes_sharing_a_workdir_share_identical_steps(tmp_path, registry, enja_files):
+    run(recipe_doc(enja_files), registry, tmp_path / "w")
+    other = recipe_doc(enja_files, seed=7)
+    other["name"] = "other"
+    result = run(other, registry, tmp_path / "w")
+    assert [r.status for r in result.results] == ["cached", "cached", "ran"]
+
+
+def test_source_change_invalidates_the_fetch(tmp_path, registry, enja_files):
+    doc = recipe_doc(enja_files)
+    run(doc, registry, tmp_path / "w")
+    with (
+        open(enja_files["en"], "a", encoding="utf-8") as a,
+        open(enja_files["ja"], "a", encoding="utf-8") as b,
+    ):
+        a.write("one more line\n")
+        b.write("もう一行\n")
+    result = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in result.results] == ["ran", "ran", "ran"]
+    assert result.manifest("bitext")["counts"]["pairs_out"] == 401
+
+
+def test_until_stops_early(tmp_path, registry, enja_files):
+    recipe = build_recipe(recipe_doc(enja_files), registry)
+    assert [p.id for p in make_plan(recipe, registry, until="clean")] == ["bitext", "clean"]
+    result = Runner(recipe, registry, tmp_path / "w", show_progress=False).run(until="clean")
+    assert [r.planned.id for r in result.results] == ["bitext", "clean"]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    @hookimpl
+    def mtcore_step_started(self, step_id: str, kind: str, step_hash: str) -> None:
+        self.events.append(("started", step_id))
+
+    @hookimpl
+    def mtcore_step_finished(self, step_id: str, kind: str, manifest: dict) -> None:
+        self.events.append(("finished", step_id))
+
+
+def test_lifecycle_hooks_fire_for_steps_that_run(tmp_path, registry, enja_files):
+    pm = make_plugin_manager(load_entrypoints=False)
+    recorder = Recorder()
+    pm.register(recorder)
+    recipe = build_recipe(recipe_doc(enja_files), registry)
+    Runner(recipe, registry, tmp_path / "w", hooks=pm, show_progress=False).run(until="clean")
+    assert recorder.events == [
+        ("started", "bitext"),
+        ("finished", "bitext"),
+        ("started", "clean"),
+        ("finished", "clean"),
+    ]
+    recorder.events.clear()
+    Runner(recipe, registry, tmp_path / "w", hooks=pm, show_progress=False).run()
+    assert recorder.events == [
+        ("started", "split"),
+        ("finished", "split"),
+    ]  # cached steps are quiet
+
+
+def _write_big_recipe(tmp_path: Path, files: dict[str, Path]) -> Path:
+    import yaml
+
+    doc = recipe_doc(files)
+    doc["steps"]["clean"]["shard_size"] = 500
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("kill_after", [0.8, 1.6, 2.4])
+def test_kill_9_then_rerun_gives_identical_outputs(tmp_path, registry, kill_after):
+    files = real_slice(tmp_path / "data", "train", 30_000)
+    recipe = _write_big_recipe(tmp_path, files)
+    mtcore = [sys.executable, "-m", "mtcore.cli_entry"]
+    subprocess.run(
+        [*mtcore, "run", str(recipe), "-w", str(tmp_path / "ref"), "-q"],
+        check=True,
+        capture_output=True,
+    )
+    proc = subprocess.Popen(
+        [*mtcore, "run", str(recipe), "-w", str(tmp_path / "w"), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(kill_after)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    subprocess.run(
+        [*mtcore, "run", str(recipe), "-w", str(tmp_path / "w"), "-q"],
+        check=True,
+        capture_output=True,
+    )
+    assert outputs(tmp_path / "w") == outputs(tmp_path / "ref")
+    assert not any((tmp_path / "w" / "steps" / ".partial").iterdir())
