@@ -65,10 +65,10 @@ def make_plan(recipe: Recipe, registry: Registry, until: str | None = None) -> l
         versions = {f"steps:{spec.kind}": registry.version("steps", spec.kind)}
         for kind, name in plugin.plugins_used():
             versions[f"{kind}:{name}"] = registry.version(kind, name)
-        inputs = {}
-        for role, ref in sorted(spec.inputs.items()):
+        inputs = []  # in recipe order: it matters to steps that take any roles (concat)
+        for role, ref in spec.inputs.items():
             target, output = split_reference(ref)
-            inputs[role] = [hashes[target], output or steps[target].plugin.outputs[0]]
+            inputs.append([role, hashes[target], output or steps[target].plugin.outputs[0]])
         identity = {
             "format": FORMAT_VERSION,
             "kind": spec.kind,

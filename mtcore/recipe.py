@@ -18,6 +18,7 @@ from mtcore.registry import Registry, suggest
 from mtcore.step import Step
 
 STEP_KEYS = ("kind", "inputs")
+VARIADIC = "*"  # a step whose ``inputs`` has this role takes any role names, in recipe order
 DATA_KEYS = ("source", "input")
 _ID = re.compile(r"^[a-z][a-z0-9_]*$")
 _DIRECTION = re.compile(r"^[a-z]{2,3}-[a-z]{2,3}$")
@@ -205,11 +206,14 @@ def _recipe_step(
     if not isinstance(inputs, dict):
         problems.append(f"{loc}.inputs: must map input roles to data names or step ids")
         inputs = {}
+    variadic = VARIADIC in step_cls.inputs
+    if variadic and step_cls.inputs[VARIADIC] and not inputs:
+        problems.append(f"{loc}.inputs: step kind {kind!r} needs at least one input")
     for role, required in step_cls.inputs.items():
-        if required and role not in inputs:
+        if role != VARIADIC and required and role not in inputs:
             problems.append(f"{loc}.inputs.{role}: Field required (step kind {kind!r} needs it)")
     for role in inputs:
-        if role not in step_cls.inputs:
+        if role not in step_cls.inputs and not variadic:
             valid = ", ".join(step_cls.inputs) or "none"
             problems.append(
                 f"{loc}.inputs.{role}: step kind {kind!r} has no input {role!r} (valid: {valid})"

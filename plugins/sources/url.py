@@ -1,0 +1,284 @@
+"""Corpus files downloaded over HTTP(S) with urllib, cached, resumed and verified.
+
+Each file is downloaded to ``<cache_dir>/<key>.part`` (key: the pinned sha256, else the sha256
+of the URL); an interrupted download resumes from the partial file with ``Range: bytes=N-``
+(a server that ignores Range and answers 200 is downloaded again from byte 0). The complete file
+is checked against ``sha256`` and renamed into place atomically as ``<key>`` or ``<key>.gz`` (the
+suffix is what makes :func:`mtcore.corpus.open_binary` decompress it). A file in the cache is
+never downloaded again; it was verified before it was renamed there. Then the files are read
+like the ``local`` source's.
+
+Without ``sha256`` nothing guards against the server changing the file between two resumed
+attempts; the actual hash is logged so it can be pinned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+from mtcore.corpus import read_parallel, read_tsv
+from mtcore.errors import DataError
+from mtcore.hashing import hash_file
+from mtcore.plugin import Pair, PluginConfig, Source
+from mtcore.stats import Stats
+
+log = logging.getLogger("mtcore.sources.url")
+
+CHUNK = 1 << 16
+RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+USER_AGENT = "mtcore-url-source/0.1 (+urllib)"
+LangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
+Column = Annotated[int, Field(ge=0, le=10_000)]
+
+
+class FileSpec(PluginConfig):
+    url: str = Field(pattern=r"^https?://\S+$", max_length=8192, description="http(s) address")
+    sha256: str | None = Field(
+        None,
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="expected sha256 of the file as downloaded (64 hex digits); null: not "
+        "checked, the actual hash is logged so it can be pinned",
+    )
+    compression: Literal["auto", "none", "gz"] = Field(
+        "auto", description="gz: gzip; none: plain text; auto: gzip when the URL path ends in .gz"
+    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, value: str | None) -> str | None:
+        return value.lower() if value else value
+
+    def key(self) -> str:
+        return self.sha256 or hashlib.sha256(self.url.encode("utf-8")).hexdigest()
+
+    def cached_name(self) -> str:
+        gz = self.compression == "gz" or (
+            self.compression == "auto" and urlsplit(self.url).path.endswith(".gz")
+        )
+        return self.key() + (".gz" if gz else "")
+
+
+class Incomplete(Exception):
+    """One download attempt ended early; the next attempt resumes or restarts."""
+
+
+def content_range(header: str | None) -> tuple[int | None, int | None]:
+    """(first byte, total size) of a ``Content-Range`` header; None where absent or ``*``."""
+    found = re.fullmatch(r"\s*bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)\s*", header or "")
+    if not found:
+        return None, None
+    start, total = found.groups()
+    return (int(start) if start else None), (int(total) if total and total != "*" else None)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Exclusive lock, so two processes never append to one ``.part`` (no-op without fcntl)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; concurrent downloads are the user's risk
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class Downloader:
+    """Fetches files into ``cache``: resume from ``.part``, verify, rename into place."""
+
+    def __init__(self, cache: Path, timeout: float, retries: int, backoff: float, stats: Stats):
+        self.cache, self.timeout, self.retries, self.backoff = cache, timeout, retries, backoff
+        self.stats = stats
+
+    def fetch(self, spec: FileSpec) -> Path:
+        final = self.cache / spec.cached_name()
+        if not final.is_file():
+            self.cache.mkdir(parents=True, exist_ok=True)
+            part = self.cache / f"{spec.key()}.part"
+            with locked(self.cache / f"{spec.key()}.lock"):
+                if not final.is_file():  # else another process finished it while we waited
+                    self._download(spec.url, part)
+                    self._verify(spec, part)
+                    os.replace(part, final)
+                    return final
+        self.stats.add("url.cache_hits")
+        return final
+
+    def _download(self, url: str, part: Path) -> None:
+        import http.client
+
+        error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.stats.add("url.retries")
+                time.sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))
+            try:
+                self._attempt(url, part)
+                self.stats.add("url.downloads")
+                return
+            except (OSError, http.client.HTTPException, Incomplete) as exc:
+                error = str(exc) or type(exc).__name__
+                log.warning(
+                    "%s: attempt %d of %d failed: %s", url, attempt + 1, self.retries + 1, error
+                )
+        kept = f"; {part} is kept and the next run resumes from it" if part.exists() else ""
+        raise DataError(f"{url}: download failed after {self.retries + 1} attempts: {error}{kept}")
+
+    def _attempt(self, url: str, part: Path) -> None:
+        import urllib.error
+        import urllib.request
+
+        offset = part.stat().st_size if part.exists() else 0
+        headers = {"User-Agent": USER_AGENT, **({"Range": f"bytes={offset}-"} if offset else {})}
+        try:
+            response = urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers), timeout=self.timeout
+            )
+        except urllib.error.HTTPError as exc:
+            with exc:
+                self._http_error(url, part, offset, exc)
+            return
+        with response:
+            mode = "wb"
+            if offset and response.status == 206:
+                if content_range(response.headers.get("Content-Range"))[0] != offset:
+                    part.unlink()
+                    raise Incomplete(f"the server resumed at the wrong byte (asked for {offset})")
+                mode = "ab"
+                self.stats.add("url.resumed")
+            elif offset:
+                log.info("%s: the server ignored Range; downloading from byte 0 again", url)
+                self.stats.add("url.range_ignored")
+                offset = 0
+            length = response.headers.get("Content-Length")
+            received = 0
+            with open(part, mode) as out:
+                while chunk := response.read(CHUNK):
+                    out.write(chunk)
+                    received += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            self.stats.add("url.bytes", received)
+        # urllib returns b"" rather than raising when the connection closes early
+        if length is not None and length.isdigit() and received < int(length):
+            total = offset + int(length)
+            raise Incomplete(f"connection closed after {offset + received} of {total} bytes")
+
+    def _http_error(self, url: str, part: Path, offset: int, exc: Any) -> None:
+        if exc.code == 416 and offset:  # nothing after byte offset: complete, or a stale .part
+            if content_range(exc.headers.get("Content-Range"))[1] == offset:
+                return
+            part.unlink()
+            raise Incomplete(f"HTTP 416 when resuming at byte {offset}; restarting from zero")
+        if exc.code in RETRY_STATUS:
+            raise Incomplete(f"HTTP {exc.code} {exc.reason}")
+        raise DataError(f"{url}: HTTP {exc.code} {exc.reason}; check the url") from exc
+
+    def _verify(self, spec: FileSpec, part: Path) -> None:
+        actual = hash_file(part)
+        if spec.sha256 is None:
+            log.warning(
+                "%s: no sha256 given; the file downloaded has sha256 %s (set sha256: %s to pin it)",
+                spec.url,
+                actual,
+                actual,
+            )
+        elif actual != spec.sha256:
+            part.unlink(missing_ok=True)
+            raise DataError(
+                f"{spec.url}: sha256 mismatch: expected {spec.sha256}, got {actual}; the "
+                "download was deleted (fix the sha256 or the url)"
+            )
+
+
+def default_cache() -> Path:
+    """``$MTCORE_CACHE/downloads``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/mtcore/downloads."""
+    if os.environ.get("MTCORE_CACHE"):
+        return Path(os.environ["MTCORE_CACHE"]).expanduser() / "downloads"
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mtcore/downloads"
+
+
+class UrlSource(Source):
+    """Downloads line-aligned files (one per language, or one tab-separated file) and reads
+    them through the input policy."""
+
+    name = "url"
+
+    class Config(PluginConfig):
+        files: dict[LangCode, FileSpec] | None = Field(
+            None, min_length=1, max_length=64, description="language -> file; order = columns"
+        )
+        tsv: FileSpec | None = Field(None, description="one tab-separated file (with columns)")
+        columns: dict[LangCode, Column] | None = Field(
+            None, min_length=1, max_length=64, description="language -> 0-based column of tsv"
+        )
+        cache_dir: str | None = Field(
+            None,
+            min_length=1,
+            max_length=4096,
+            description="download cache directory; null: $MTCORE_CACHE/downloads, else "
+            "~/.cache/mtcore/downloads",
+        )
+        timeout: float = Field(
+            60.0, gt=0, le=3600, description="seconds without data before an attempt fails"
+        )
+        retries: int = Field(3, ge=0, le=20, description="further attempts after a failed one")
+        backoff: float = Field(
+            1.0, ge=0, le=60, description="seconds before the first retry, doubled for each next"
+        )
+
+        @model_validator(mode="after")
+        def _one_form(self) -> UrlSource.Config:
+            if (self.files is None) == (self.tsv is None and self.columns is None):
+                raise ValueError(
+                    "give exactly one of: files: {lang: {url, sha256}}; "
+                    "tsv: {url, sha256} + columns: {lang: column}"
+                )
+            if self.files is None and (self.tsv is None or self.columns is None):
+                raise ValueError("tsv and columns go together: give both")
+            if self.columns is not None and len(set(self.columns.values())) != len(self.columns):
+                raise ValueError(f"columns reads one column for two languages: {self.columns}")
+            return self
+
+    def langs(self) -> tuple[str, ...]:
+        return tuple(self.config.files or self.config.columns or ())
+
+    def specs(self) -> list[FileSpec]:
+        return list(self.config.files.values()) if self.config.files else [self.config.tsv]
+
+    def fingerprint(self) -> str:
+        """The pinned sha256 of each file, else its URL (nothing is downloaded)."""
+        return json.dumps([spec.sha256 or spec.url for spec in self.specs()])
+
+    def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
+        cfg = self.config
+        cache = Path(cfg.cache_dir).expanduser().absolute() if cfg.cache_dir else default_cache()
+        downloader = Downloader(cache, cfg.timeout, cfg.retries, cfg.backoff, stats)
+        specs = self.specs()
+        paths = [downloader.fetch(spec) for spec in specs]
+        try:
+            if cfg.columns is not None:
+                yield from read_tsv(paths[0], list(cfg.columns.values()), policy, stats)
+            else:
+                yield from read_parallel(paths, policy, stats)
+        except DataError as exc:  # the message names cache files: say where they came from
+            origin = [
+                f"{p} is {s.url}" for p, s in zip(paths, specs, strict=True) if str(p) in str(exc)
+            ]
+            raise DataError(f"{exc} ({'; '.join(origin)})" if origin else str(exc)) from exc

@@ -1,0 +1,46 @@
+"""Concatenates corpora in the order their inputs are listed."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from mtcore.corpus import Corpus, CorpusWriter
+from mtcore.errors import StepError
+from mtcore.plugin import PluginConfig
+from mtcore.step import Step, StepContext
+
+
+class ConcatConfig(PluginConfig):
+    langs: list[str] | None = Field(
+        None, description="column order of the output; default: the first input's languages"
+    )
+
+
+class ConcatStep(Step):
+    """Every input corpus must hold the output languages (columns are picked by language, so
+    an ``ja-en`` corpus joins an ``en-ja`` one correctly). Counts pairs per input."""
+
+    name = "concat"
+    Config = ConcatConfig
+    inputs: ClassVar[dict[str, bool]] = {"*": True}
+    outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+
+    def run(self, ctx: StepContext) -> None:
+        corpora = {role: Corpus.open(artifact.path) for role, artifact in ctx.inputs.items()}
+        first = next(iter(corpora.values()))
+        langs = tuple(self.config.langs or first.langs)
+        with CorpusWriter(ctx.output("corpus"), langs) as writer:
+            for role, corpus in corpora.items():
+                missing = [lang for lang in langs if lang not in corpus.langs]
+                if missing:
+                    raise StepError(
+                        f"{ctx.step_id}: input {role!r} has languages {corpus.langs}, not {missing}"
+                    )
+                columns = [corpus.langs.index(lang) for lang in langs]
+                before = writer.lines
+                for pair in corpus:
+                    writer.write(tuple(pair[c] for c in columns))
+                ctx.stats.add(f"pairs.{role}", writer.lines - before)
+        ctx.stats.add("pairs_out", writer.lines)
