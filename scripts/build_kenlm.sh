@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Builds KenLM's lmplz and build_binary from the PyPI kenlm sdist into VENV/bin, and installs
-# the kenlm Python module. Needs cmake, a C++ compiler and Boost (installed with apt-get when
-# missing and we are root).
+# Builds KenLM's lmplz and build_binary from the PyPI kenlm sdist into VENV/bin. Needs cmake,
+# a C++ compiler, Boost and zlib (installed with apt-get when missing and we are root).
 set -euo pipefail
 venv=$1
 version=0.2.0
 if [[ -x "$venv/bin/lmplz" && -x "$venv/bin/build_binary" ]]; then
-    "$venv/bin/python" -c "import kenlm" 2>/dev/null && exit 0
+    exit 0
 fi
 if [[ ! -e /usr/include/boost/program_options.hpp || ! -e /usr/include/zlib.h ]]; then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
@@ -22,10 +21,17 @@ if [[ ! -e /usr/include/boost/program_options.hpp || ! -e /usr/include/zlib.h ]]
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$venv/bin/python" -m pip download -q --no-deps --no-binary :all: "kenlm==$version" -d "$work"
+# Fetch the sdist itself: `pip download` of it would build the whole package to read metadata.
+"$venv/bin/python" - "$version" "$work" <<'PY'
+import json, sys, urllib.request
+version, dest = sys.argv[1], sys.argv[2]
+with urllib.request.urlopen(f"https://pypi.org/pypi/kenlm/{version}/json", timeout=60) as r:
+    files = json.load(r)["urls"]
+sdist = next(f for f in files if f["packagetype"] == "sdist")
+urllib.request.urlretrieve(sdist["url"], f"{dest}/{sdist['filename']}")
+PY
 tar -xzf "$work"/kenlm-*.tar.gz -C "$work"
 src=$(find "$work" -maxdepth 1 -type d -name 'kenlm-*' | head -n1)
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >/dev/null
 cmake --build "$work/build" --target lmplz build_binary -j "$(nproc)" >/dev/null
 cp "$work/build/bin/lmplz" "$work/build/bin/build_binary" "$venv/bin/"
-"$venv/bin/python" -m pip install -q --no-deps "$work"/kenlm-*.tar.gz
