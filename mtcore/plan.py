@@ -13,7 +13,6 @@ from pathlib import Path
 from mtcore.hashing import hash_json
 from mtcore.recipe import Recipe, StepSpec, split_reference
 from mtcore.registry import Registry
-from mtcore.step import config_dict
 
 HASH_LEN = 12
 FORMAT_VERSION = 1  # bump when the on-disk layout of step outputs changes
@@ -72,7 +71,7 @@ def make_plan(recipe: Recipe, registry: Registry, until: str | None = None) -> l
         identity = {
             "format": FORMAT_VERSION,
             "kind": spec.kind,
-            "config": config_dict(plugin.config),
+            "config": plugin.identity(registry),
             "versions": versions,
             "fingerprint": plugin.fingerprint(registry),
             "inputs": inputs,

@@ -110,3 +110,21 @@ class Executor(Plugin):
 
     def close(self) -> None:
         """Release workers."""
+
+
+NOT_IDENTITY = {"identity": False}
+"""``Field(..., json_schema_extra=NOT_IDENTITY)`` marks a setting that cannot change a step's
+output (a cache directory, a timeout, a thread count): it is left out of the step's hash."""
+
+
+def identity_dict(config: BaseModel) -> dict[str, Any]:
+    """The config as JSON values, without the fields marked ``NOT_IDENTITY``."""
+    out: dict[str, Any] = {}
+    dumped = config.model_dump(mode="json")
+    for name, field in type(config).model_fields.items():
+        extra = field.json_schema_extra
+        if isinstance(extra, dict) and extra.get("identity") is False:
+            continue
+        value = getattr(config, name)
+        out[name] = identity_dict(value) if isinstance(value, BaseModel) else dumped[name]
+    return out

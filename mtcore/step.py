@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from mtcore.plugin import Executor, Plugin, PluginConfig
+from mtcore.plugin import Executor, Plugin, PluginConfig, identity_dict
 from mtcore.stats import Stats
 
 if TYPE_CHECKING:
@@ -97,6 +97,10 @@ class Step(Plugin):
     def plugins_used(self) -> list[tuple[str, str]]:
         """(kind, name) of every component plugin this step calls, for the step's hash."""
         return []
+
+    def identity(self, registry: Registry) -> dict[str, Any]:
+        """The settings that define the output, for the step's hash."""
+        return identity_dict(self.config)
 
     def fingerprint(self, registry: Registry) -> str:
         """Extra identity beyond the config: what outside the workdir the output depends on

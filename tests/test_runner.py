@@ -194,3 +194,21 @@ def test_kill_9_then_rerun_gives_identical_outputs(tmp_path, registry, kill_afte
     )
     assert outputs(tmp_path / "w") == outputs(tmp_path / "ref")
     assert not any((tmp_path / "w" / "steps" / ".partial").iterdir())
+
+
+def test_settings_marked_not_identity_leave_the_hash_alone(registry):
+    doc = {
+        "name": "ident",
+        "data": {
+            "web": {
+                "source": "url",
+                "tsv": {"url": "http://127.0.0.1:1/c.tsv"},
+                "columns": {"en": 0, "ja": 1},
+            }
+        },
+    }
+    first = make_plan(build_recipe(doc, registry), registry)[0].hash
+    doc["data"]["web"].update(cache_dir="/elsewhere", timeout=5, retries=0)
+    assert make_plan(build_recipe(doc, registry), registry)[0].hash == first
+    doc["data"]["web"]["columns"] = {"en": 1, "ja": 0}
+    assert make_plan(build_recipe(doc, registry), registry)[0].hash != first

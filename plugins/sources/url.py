@@ -31,7 +31,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 from mtcore.corpus import read_parallel, read_tsv
 from mtcore.errors import DataError
 from mtcore.hashing import hash_file
-from mtcore.plugin import Pair, PluginConfig, Source
+from mtcore.plugin import NOT_IDENTITY, Pair, PluginConfig, Source
 from mtcore.stats import Stats
 
 log = logging.getLogger("mtcore.sources.url")
@@ -234,13 +234,28 @@ class UrlSource(Source):
             max_length=4096,
             description="download cache directory; null: $MTCORE_CACHE/downloads, else "
             "~/.cache/mtcore/downloads",
+            json_schema_extra=NOT_IDENTITY,
         )
         timeout: float = Field(
-            60.0, gt=0, le=3600, description="seconds without data before an attempt fails"
+            60.0,
+            gt=0,
+            le=3600,
+            description="seconds without data before an attempt fails",
+            json_schema_extra=NOT_IDENTITY,
         )
-        retries: int = Field(3, ge=0, le=20, description="further attempts after a failed one")
+        retries: int = Field(
+            3,
+            ge=0,
+            le=20,
+            description="further attempts after a failed one",
+            json_schema_extra=NOT_IDENTITY,
+        )
         backoff: float = Field(
-            1.0, ge=0, le=60, description="seconds before the first retry, doubled for each next"
+            1.0,
+            ge=0,
+            le=60,
+            description="seconds before the first retry, doubled for each next",
+            json_schema_extra=NOT_IDENTITY,
         )
 
         @model_validator(mode="after")

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from mtcore.corpus import INNER_BREAKS, CorpusWriter, InputPolicy
 from mtcore.errors import DataError
-from mtcore.plugin import Pair, PluginConfig, Source
+from mtcore.plugin import Pair, PluginConfig, Source, identity_dict
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext
 
@@ -34,6 +34,11 @@ class FetchStep(Step):
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("sources", self.config.source)]
+
+    def identity(self, registry: Registry) -> dict[str, Any]:
+        own = super().identity(registry)
+        own["config"] = identity_dict(self._source(registry).config)
+        return own
 
     def fingerprint(self, registry: Registry) -> str:
         return self._source(registry).fingerprint()
