@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +30,9 @@ def map_shards(
 ) -> Iterator[tuple[T, R]]:
     """Yields ``(shard, fn(make_task(shard)))`` in order, reusing results saved in ``store``."""
     store.mkdir(parents=True, exist_ok=True)
-    order: list[tuple[int, T]] = []  # every shard seen so far, saved or submitted, in order
+    # Shards read but not yet yielded, saved or submitted, in order. Popped as they are yielded,
+    # so memory holds only the shards in flight, never the corpus.
+    order: deque[tuple[int, T]] = deque()
 
     def tasks() -> Iterator[Any]:
         for number, shard in enumerate(shards):
@@ -37,18 +40,14 @@ def map_shards(
             if not _path(store, number).exists():
                 yield make_task(shard)
 
-    results = executor.map(fn, tasks())
-    done = 0
-    for result in _with_sentinel(results):
+    for result in _with_sentinel(executor.map(fn, tasks())):
         # Results arrive in submission order; shards saved by an earlier run sit between them.
-        while done < len(order) and _path(store, order[done][0]).exists():
-            number, shard = order[done]
-            done += 1
+        while order and _path(store, order[0][0]).exists():
+            number, shard = order.popleft()
             yield shard, _load(_path(store, number))
         if result is _END:
             return
-        number, shard = order[done]
-        done += 1
+        number, shard = order.popleft()
         _save(_path(store, number), result)
         yield shard, result
 
