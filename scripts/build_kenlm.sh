@@ -23,12 +23,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Fetch the sdist itself: `pip download` of it would build the whole package to read metadata.
 "$venv/bin/python" - "$version" "$work" <<'PY'
-import json, sys, urllib.request
+import hashlib, re, sys, urllib.request
 version, dest = sys.argv[1], sys.argv[2]
-with urllib.request.urlopen(f"https://pypi.org/pypi/kenlm/{version}/json", timeout=60) as r:
-    files = json.load(r)["urls"]
-sdist = next(f for f in files if f["packagetype"] == "sdist")
-urllib.request.urlretrieve(sdist["url"], f"{dest}/{sdist['filename']}")
+page = urllib.request.urlopen("https://pypi.org/simple/kenlm/", timeout=60).read().decode()
+url, digest = re.search(rf'href="([^"#]*/kenlm-{re.escape(version)}\.tar\.gz)#sha256=([0-9a-f]+)"', page).groups()
+data = urllib.request.urlopen(url, timeout=300).read()
+if hashlib.sha256(data).hexdigest() != digest:
+    sys.exit(f"build_kenlm: sha256 mismatch for {url}")
+open(f"{dest}/kenlm-{version}.tar.gz", "wb").write(data)
 PY
 tar -xzf "$work"/kenlm-*.tar.gz -C "$work"
 src=$(find "$work" -maxdepth 1 -type d -name 'kenlm-*' | head -n1)

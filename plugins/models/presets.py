@@ -1,0 +1,73 @@
+"""Transformer presets registered into fairseq's architecture registry under ``mtcore_*`` names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mtcore.plugin import Model, PluginConfig
+
+# arch name -> settings applied over fairseq's transformer base_architecture (only where the
+# command line did not set them: fairseq passes unset model arguments as absent).
+PRESETS: dict[str, dict[str, Any]] = {
+    # Small enough to learn something in a few CPU minutes; for tests and smoke runs.
+    "mtcore_transformer_tiny": {
+        "encoder_embed_dim": 256,
+        "encoder_ffn_embed_dim": 1024,
+        "encoder_attention_heads": 4,
+        "encoder_layers": 3,
+        "decoder_embed_dim": 256,
+        "decoder_ffn_embed_dim": 1024,
+        "decoder_attention_heads": 4,
+        "decoder_layers": 3,
+        "max_source_positions": 512,
+        "max_target_positions": 512,
+    },
+    # NT5 Table 2, initial translation model: "Transformer (big) with FFN size of 4,096"
+    # (Vaswani et al.'s big: d_model 1024, 16 heads, 6+6 layers), dropout 0.3.
+    "mtcore_transformer_big_ffn4096": {
+        "encoder_embed_dim": 1024,
+        "encoder_ffn_embed_dim": 4096,
+        "encoder_attention_heads": 16,
+        "encoder_layers": 6,
+        "decoder_embed_dim": 1024,
+        "decoder_ffn_embed_dim": 4096,
+        "decoder_attention_heads": 16,
+        "decoder_layers": 6,
+        "dropout": 0.3,
+        "attention_dropout": 0.1,
+    },
+}
+
+
+def _architecture(settings: dict[str, Any]) -> Callable[[Any], None]:
+    def apply(args: Any) -> None:
+        from fairseq.models.transformer.transformer_legacy import base_architecture
+
+        for key, value in settings.items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
+        base_architecture(args)
+
+    return apply
+
+
+class TransformerPresets(Model):
+    """Registers the ``mtcore_transformer_*`` architectures (fairseq model ``transformer``).
+    Idempotent: fairseq refuses a second registration of a name, so known names are skipped."""
+
+    name = "transformer_presets"
+
+    class Config(PluginConfig):
+        """No settings: the presets are fixed."""
+
+    def register(self) -> None:
+        from fairseq.models import ARCH_MODEL_REGISTRY, register_model_architecture
+
+        for arch, settings in PRESETS.items():
+            if arch not in ARCH_MODEL_REGISTRY:
+                register_model_architecture("transformer", arch)(_architecture(settings))
+
+    @staticmethod
+    def architectures() -> list[str]:
+        return sorted(PRESETS)

@@ -1,0 +1,441 @@
+"""The fairseq path: spm -> binarize -> train -> translate, on a real en-ja slice, on CPU."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mtcore.corpus import CorpusWriter
+from mtcore.errors import DataError, StepError
+from mtcore.registry import load_registry
+from mtcore.step import Artifact, StepContext
+from mtcore_plugins.executors.local import LocalExecutor
+from mtcore_plugins.steps.binarize import BinarizeStep, mmap_length
+from mtcore_plugins.steps.spm import SentencePieceStep
+from mtcore_plugins.steps.train import (
+    TrainStep,
+    parse_train_log,
+    repair_last_checkpoint,
+    select_checkpoints,
+)
+from mtcore_plugins.steps.translate import TranslateStep, Translator
+
+DATA = Path("/work/shared/data/en-ja/odashi+small_parallel_enja")
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="small_parallel_enja not available")
+
+# Lines every corpus carries besides real data: an empty pair, a pair that encodes to zero
+# pieces (whitespace, a control character nmt_nfkc removes) and a one-sided pair.
+EDGE = [("", ""), ("   ", "\x01"), ("hello .", "")]
+# A model small enough to take dozens of updates in seconds on one CPU core.
+MICRO = [
+    "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
+    "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+]  # fmt: skip
+TRAIN = {
+    "max_update": 40,
+    "max_tokens": 1024,
+    "lr": 0.003,
+    "warmup_updates": 10,
+    "dropout": 0.1,
+    "save_interval_updates": 10,
+    "keep_last": 3,
+    "average_last": 3,
+    "log_interval": 5,
+    "threads": 1,
+    "extra_args": MICRO,
+}
+
+
+def write_corpus(path: Path, split: str, lines: int, extra: list[tuple[str, str]]) -> Path:
+    with (
+        open(DATA / f"{split}.en", encoding="utf-8") as en,
+        open(DATA / f"{split}.ja", encoding="utf-8") as ja,
+        CorpusWriter(path, ("en", "ja")) as writer,
+    ):
+        for pair in itertools.islice(zip(en, ja, strict=True), lines):
+            writer.write(tuple(side.rstrip("\n") for side in pair))
+        writer.write_all(extra)
+    return path
+
+
+def make_ctx(work: Path, kind: str, **inputs: Path) -> StepContext:
+    return StepContext(
+        step_id=kind,
+        kind=kind,
+        step_hash="x",
+        work=work,
+        inputs={role: Artifact.open(path) for role, path in inputs.items()},
+        executor=LocalExecutor(LocalExecutor.Config(workers=1)),
+        registry=load_registry(),
+        show_progress=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("corpora")
+    return {
+        "train": write_corpus(root / "train", "train", 2000, EDGE),
+        "valid": write_corpus(root / "valid", "dev", 500, EDGE[:1]),
+        # 48 lines: a multiple of neither the batch size nor the chunk size used below
+        "test": write_corpus(root / "test", "test", 44, [*EDGE, ("the " * 600, "長い")]),
+    }
+
+
+@pytest.fixture(scope="session")
+def spm_model(corpora: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("spm")
+    SentencePieceStep.from_dict({"vocab_size": 2000}).run(
+        make_ctx(work, "spm", corpus=corpora["train"])
+    )
+    return work / "model"
+
+
+@pytest.fixture(scope="session")
+def binarized(corpora: dict[str, Path], spm_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("binarize")
+    ctx = make_ctx(work, "binarize", train=corpora["train"], valid=corpora["valid"], spm=spm_model)
+    BinarizeStep.from_dict({"src": "en", "tgt": "ja", "workers": 2}).run(ctx)
+    return work / "data", ctx
+
+
+@pytest.fixture(scope="session")
+def trained(binarized, tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("train")
+    ctx = make_ctx(work, "train", data=binarized[0])
+    TrainStep.from_dict(TRAIN).run(ctx)
+    return work / "model", ctx
+
+
+# --- spm ---------------------------------------------------------------------------------
+
+
+def test_spm_is_deterministic_and_joint(corpora: dict[str, Path], tmp_path: Path) -> None:
+    import sentencepiece as spm
+
+    config = {"vocab_size": 1500, "num_threads": 2}
+    for run in ("a", "b"):
+        SentencePieceStep.from_dict(config).run(
+            make_ctx(tmp_path / run, "spm", corpus=corpora["train"])
+        )
+    for name in ("spm.model", "spm.vocab"):
+        assert (tmp_path / "a/model" / name).read_bytes() == (
+            tmp_path / "b/model" / name
+        ).read_bytes()
+    meta = Artifact.open(tmp_path / "a/model").meta
+    assert meta["type"] == "sentencepiece" and meta["langs"] == ["en", "ja"]
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "a/model/spm.model"))
+    assert processor.get_piece_size() == meta["vocab_size"] == 1500
+    vocab = (tmp_path / "a/model/spm.vocab").read_text(encoding="utf-8").splitlines()
+    assert len(vocab) == 1500 and vocab[0].split("\t")[0] == "<unk>"
+    for text in ("i 'm in the tennis club .", "私 は テニス 部員 で す 。"):  # both scripts covered
+        assert processor.unk_id() not in processor.encode(text)
+
+
+def test_spm_vocab_too_small_is_explained(corpora: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(StepError, match="vocab_size"):
+        SentencePieceStep.from_dict({"vocab_size": 50}).run(
+            make_ctx(tmp_path, "spm", corpus=corpora["train"])
+        )
+
+
+# --- binarize ----------------------------------------------------------------------------
+
+
+def test_binarize_keeps_every_line(binarized, corpora: dict[str, Path]) -> None:
+    data, ctx = binarized
+    meta = Artifact.open(data).meta
+    assert meta["type"] == "fairseq-data" and (meta["src"], meta["tgt"]) == ("en", "ja")
+    assert meta["lines"] == {"train": 2003, "valid": 501}
+    for split, lines in meta["lines"].items():
+        for lang in ("en", "ja"):
+            assert mmap_length(data / f"{split}.en-ja.{lang}.idx") == lines
+    assert ctx.stats["binarize.train_empty"] == 5  # both sides of two pairs, one side of another
+    assert (data / "dict.en.txt").read_bytes() == (data / "dict.ja.txt").read_bytes()
+    assert "Wrote preprocessed data" in (data / "binarize.log").read_text()
+
+
+def test_binarize_rejects_missing_language(
+    corpora: dict[str, Path], spm_model: Path, tmp_path: Path
+) -> None:
+    ctx = make_ctx(
+        tmp_path, "binarize", train=corpora["train"], valid=corpora["valid"], spm=spm_model
+    )
+    with pytest.raises(DataError, match="'de'"):
+        BinarizeStep.from_dict({"src": "en", "tgt": "de"}).run(ctx)
+
+
+# --- train (fast parts) ------------------------------------------------------------------
+
+
+def test_train_command_never_drops_batches_and_uses_no_user_dir(tmp_path: Path) -> None:
+    step = TrainStep.from_dict({"lr_scheduler": "polynomial_decay", "max_update": 100})
+    cmd = step.command(tmp_path, {"src": "en", "tgt": "ja"}, tmp_path / "ck")
+    assert cmd[cmd.index("--required-batch-size-multiple") + 1] == "1"
+    assert "--user-dir" not in cmd and "--warmup-init-lr" not in cmd
+    assert cmd[cmd.index("--total-num-update") + 1] == "100"
+    assert step.plugins_used() == [("models", "transformer_presets")]
+    assert step.check(load_registry()) == []
+    assert TrainStep.from_dict({"models": ["nope"]}).check(load_registry())[0][0] == "models.0"
+
+
+def test_presets_register_twice() -> None:
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from mtcore_plugins.models.presets import TransformerPresets
+
+    TransformerPresets().register()
+    TransformerPresets().register()
+    assert {"mtcore_transformer_tiny", "mtcore_transformer_big_ffn4096"} <= set(ARCH_MODEL_REGISTRY)
+
+
+def fake_checkpoint(path: Path, updates: int, weight: float) -> None:
+    import torch
+
+    state = {
+        "model": {"w": torch.full((2,), weight), "n": torch.tensor([updates])},
+        "optimizer_history": [{"num_updates": updates}],
+        "last_optimizer_state": {"x": 1},
+    }
+    torch.save(state, path)
+
+
+def test_checkpoint_selection_repair_and_averaging(tmp_path: Path) -> None:
+    import torch
+
+    from mtcore_plugins.steps.fairseq_entry import average_checkpoints
+
+    for updates in (5, 10, 15):
+        fake_checkpoint(tmp_path / f"checkpoint_1_{updates}.pt", updates, float(updates))
+    fake_checkpoint(tmp_path / "checkpoint_last.pt", 17, 17.0)  # stopped between intervals
+    assert [p.name for p in select_checkpoints(tmp_path, 2)] == [
+        "checkpoint_1_15.pt",
+        "checkpoint_last.pt",
+    ]
+    assert not repair_last_checkpoint(tmp_path)
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 truncated copy")
+    assert repair_last_checkpoint(tmp_path)
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == (
+        tmp_path / "checkpoint_1_15.pt"
+    ).read_bytes()
+    average_checkpoints(select_checkpoints(tmp_path, 3), tmp_path / "avg.pt")
+    averaged = torch.load(tmp_path / "avg.pt", weights_only=True)
+    assert (
+        averaged["model"]["w"].tolist() == [10.0, 10.0] and "last_optimizer_state" not in averaged
+    )
+
+
+def test_parse_train_log(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(
+        "x | INFO | fairseq.checkpoint_utils | Loaded checkpoint /c/checkpoint_last.pt "
+        "(epoch 1 @ 8 updates)\n"
+        'x | INFO | train_inner | {"epoch": 1, "loss": "9.5", "num_updates": "10"}\n'
+        "x | WARNING | fairseq.tasks.fairseq_task | 1,204 samples have invalid sizes and will be "
+        "skipped, max_positions=(512, 512), first few sample ids=[3]\n"
+        'x | INFO | valid | {"epoch": 1, "valid_loss": "8.25", "valid_num_updates": "12"}\n'
+        'x | INFO | train | {"epoch": 1, "train_loss": "9.0", "train_wps": "1234.5", '
+        '"train_num_updates": "12"}\n'
+    )
+    found = parse_train_log(log)
+    assert found["resumed_from_update"] == 8 and found["updates"] == 12
+    assert found["valid_loss"] == 8.25 and found["tokens_per_second"] == 1234.5
+    assert found["skipped_too_long"] == 1204
+
+
+@pytest.mark.slow
+def test_train_refuses_to_skip_long_examples(binarized, tmp_path: Path) -> None:
+    """fairseq's trainer would silently skip every pair over max_tokens; the step stops instead."""
+    ctx = make_ctx(tmp_path, "train", data=binarized[0])
+    with pytest.raises(StepError, match="examples are longer than max_positions"):
+        TrainStep.from_dict({**TRAIN, "max_tokens": 16}).run(ctx)
+
+
+# --- train, translate (slow) -------------------------------------------------------------
+
+
+def inner_losses(log: Path) -> list[float]:
+    records = re.findall(r"\| train_inner \| (\{.*\})", log.read_text())
+    return [float(json.loads(r)["loss"]) for r in records]
+
+
+@pytest.mark.slow
+def test_tiny_model_trains_and_loss_goes_down(trained) -> None:
+    model, ctx = trained
+    losses = inner_losses(model / "train.log")
+    assert len(losses) == 8 and losses[-1] < losses[0] - 2.0
+    assert ctx.metrics["updates"] == 40 and ctx.stats["train.updates"] == 40
+    assert ctx.metrics["valid_loss"] < 9.0 and ctx.metrics["tokens_per_second"] > 0
+    assert sorted(p.name for p in model.iterdir()) == [
+        "artifact.json",
+        "checkpoint.pt",
+        "dict.en.txt",
+        "dict.ja.txt",
+        "train.log",
+    ]
+    meta = Artifact.open(model).meta
+    assert meta["type"] == "fairseq-model" and meta["models"] == ["transformer_presets"]
+    assert (meta["src"], meta["tgt"], meta["arch"]) == ("en", "ja", "mtcore_transformer_tiny")
+
+
+CHILD = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[4])
+from test_fairseq_steps import make_ctx
+from mtcore_plugins.steps.train import TrainStep
+ctx = make_ctx(Path(sys.argv[1]), "train", data=Path(sys.argv[2]))
+TrainStep.from_dict(json.loads(sys.argv[3])).run(ctx)
+"""
+
+
+def children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killed_training_resumes_from_checkpoint_last(binarized, tmp_path: Path) -> None:
+    config = {**TRAIN, "max_update": 60, "save_interval_updates": 5, "log_interval": 5}
+    log = tmp_path / "model/train.log"
+    step = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(tmp_path),
+            str(binarized[0]),
+            json.dumps(config),
+            str(Path(__file__).parent),
+        ]
+    )
+    try:
+        assert wait_for(lambda: log.exists() and "Saved checkpoint" in log.read_text(), 120)
+        fairseq = children(step.pid)
+        os.kill(step.pid, signal.SIGKILL)  # kill -9 of the step only: fairseq must die with it
+        step.wait()
+    finally:
+        step.kill()
+    assert fairseq and wait_for(lambda: not any(alive(p) for p in fairseq), 10)
+    saved = [int(n) for n in re.findall(r"Saved checkpoint .* @ (\d+) updates", log.read_text())]
+    assert saved and max(saved) < 60 and not (tmp_path / "model/checkpoint.pt").exists()
+    ctx = make_ctx(tmp_path, "train", data=binarized[0])
+    TrainStep.from_dict(config).run(ctx)
+    assert ctx.metrics["resumed_from_update"] >= max(saved) > 0
+    assert ctx.metrics["updates"] == 60
+    resumed_log = log.read_text().split("Loaded checkpoint")[-1]
+    first = json.loads(re.search(r"\| train_inner \| (\{.*\})", resumed_log).group(1))
+    assert int(first["num_updates"]) > max(saved)
+
+
+def translate(trained, corpora, spm_model, work: Path, **config) -> tuple[StepContext, list[str]]:
+    ctx = make_ctx(work, "translate", model=trained[0], corpus=corpora["test"], spm=spm_model)
+    TranslateStep.from_dict({"src": "en", "tgt": "ja", "beam": 3, "threads": 1, **config}).run(ctx)
+    hyp = work / "hyp/hyp.ja"
+    return ctx, hyp.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+@pytest.mark.slow
+def test_translate_one_line_per_input_deterministic(
+    trained, corpora, spm_model, tmp_path: Path
+) -> None:
+    # Same config, same bytes. (Another batch size may flip near-ties: padding changes the
+    # float kernels; batch_size is part of the step's config, so of its hash.)
+    ctx, first = translate(
+        trained, corpora, spm_model, tmp_path / "a", batch_size=7, max_tokens=200
+    )
+    _, second = translate(trained, corpora, spm_model, tmp_path / "b", batch_size=7, max_tokens=200)
+    assert len(first) == 48 and first == second
+    assert first[44] == first[45] == ""  # empty and zero-piece inputs
+    assert ctx.stats["translate.truncated"] == 1 and ctx.stats["translate.lines"] == 48
+    assert ctx.metrics["sentences_per_second"] > 0
+    assert Artifact.open(tmp_path / "a/hyp").meta["lines"] == 48
+
+
+@pytest.mark.slow
+def test_translate_rejects_wrong_direction(trained, corpora, spm_model, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="translates en->ja, not ja->en"):
+        ctx = make_ctx(
+            tmp_path, "translate", model=trained[0], corpus=corpora["test"], spm=spm_model
+        )
+        TranslateStep.from_dict({"src": "ja", "tgt": "en"}).run(ctx)
+
+
+@pytest.mark.slow
+def test_translate_keeps_input_order(
+    trained, corpora, spm_model, tmp_path: Path, monkeypatch
+) -> None:
+    """With an identity "model" each output must be its own input: batches are sorted by length
+    and cut across chunks, so any mix-up shows."""
+
+    def echo(self: Translator, sources: list) -> list[str]:
+        return [self.spm.decode_pieces(self.src_dict.string(s).split()) for s in sources]
+
+    monkeypatch.setattr(Translator, "_generate", echo)
+    ctx, out = translate(trained, corpora, spm_model, tmp_path, batch_size=7, chunk_lines=10)
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model / "spm.model"))
+    sources = (corpora["test"] / "corpus.en").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(out) == len(sources) == 48
+    for source, hyp in zip(sources[:47], out[:47], strict=True):
+        assert hyp == processor.decode(processor.encode(source))
+    assert out[47] == " ".join(["the"] * 511)  # truncated to 512 positions with EOS, not dropped
+
+
+RELOAD = """
+import sys
+from pathlib import Path
+import torch, pickle
+checkpoint = Path(sys.argv[1])
+try:
+    torch.load(checkpoint, weights_only=True)
+except pickle.UnpicklingError:
+    print("safe loader refuses without safe globals")
+from mtcore_plugins.steps.fairseq_entry import add_safe_globals, register_models
+add_safe_globals()
+register_models(["transformer_presets"])
+from fairseq import checkpoint_utils
+models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+    [str(checkpoint)], arg_overrides={"data": str(checkpoint.parent)})
+print(type(models[0]).__name__, cfg.model.arch, sum(p.numel() for p in models[0].parameters()))
+"""
+
+
+@pytest.mark.slow
+def test_checkpoint_reloads_in_fresh_process(trained) -> None:
+    checkpoint = trained[0] / "checkpoint.pt"
+    done = subprocess.run(
+        [sys.executable, "-c", RELOAD, str(checkpoint)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "safe loader refuses without safe globals" in done.stdout
+    assert "TransformerModel mtcore_transformer_tiny" in done.stdout
