@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from mtcore.plugin import Executor, PluginConfig
+from mtcore.process import die_with_parent
 
 
 class LocalConfig(PluginConfig):
@@ -48,7 +49,10 @@ class LocalExecutor(Executor):
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.config.workers, mp_context=multiprocessing.get_context("spawn")
+                self.config.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=die_with_parent,  # a killed run leaves no workers behind
+                initargs=(os.getpid(),),
             )
         limit = self.config.max_in_flight or 2 * self.config.workers
         pending: deque[Future[Any]] = deque()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from mtcore_plugins.filters.length import segment_length
 from pydantic import Field
 
 from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore_plugins.filters.length import segment_length
 
 
 class LengthRatioConfig(PluginConfig):

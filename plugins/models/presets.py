@@ -23,6 +23,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_source_positions": 512,
         "max_target_positions": 512,
     },
+    # For tests: dozens of updates a second on one CPU core.
+    "mtcore_transformer_micro": {
+        "encoder_embed_dim": 64,
+        "encoder_ffn_embed_dim": 128,
+        "encoder_attention_heads": 2,
+        "encoder_layers": 1,
+        "decoder_embed_dim": 64,
+        "decoder_ffn_embed_dim": 128,
+        "decoder_attention_heads": 2,
+        "decoder_layers": 1,
+        "max_source_positions": 256,
+        "max_target_positions": 256,
+    },
     # NT5 Table 2, initial translation model: "Transformer (big) with FFN size of 4,096"
     # (Vaswani et al.'s big: d_model 1024, 16 heads, 6+6 layers), dropout 0.3.
     "mtcore_transformer_big_ffn4096": {

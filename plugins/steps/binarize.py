@@ -13,8 +13,8 @@ from pydantic import Field
 from mtcore.corpus import Corpus, batched
 from mtcore.errors import DataError, StepError
 from mtcore.plugin import PluginConfig
+from mtcore.process import run_logged
 from mtcore.step import Step, StepContext, write_artifact_meta
-from mtcore_plugins.steps.fairseq_entry import run_logged
 
 SPLITS = ("train", "valid")
 CHUNK = 10_000

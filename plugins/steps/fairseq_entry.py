@@ -1,5 +1,5 @@
 """Runs fairseq in a subprocess after registering mtcore model plugins, plus the helpers the
-fairseq steps share (subprocess logs, safe checkpoint loading, checkpoint averaging).
+fairseq steps share (safe checkpoint loading, checkpoint averaging).
 
     python -m mtcore_plugins.steps.fairseq_entry train [--models a,b] [--threads N] \
         [--too-long error|skip] -- FAIRSEQ_TRAIN_ARGS...
@@ -14,16 +14,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtcore.errors import StepError
-
-PARENT_ENV = "MTCORE_PARENT_PID"
+from mtcore.process import die_with_parent
 
 
 def safe_globals() -> list[Any]:
@@ -49,36 +45,6 @@ def register_models(names: Sequence[str], registry: Any = None) -> None:
     for name in names:
         plugin = registry.load("models", name).from_dict({})
         plugin.register()
-
-
-def run_logged(
-    cmd: list[str],
-    log_path: Path,
-    what: str,
-    env: dict[str, str] | None = None,
-    tail_lines: int = 30,
-) -> None:
-    """Runs ``cmd`` with stdout and stderr appended to ``log_path``; a failure raises
-    :class:`StepError` quoting the log's tail."""
-    full_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"$ {' '.join(cmd)}\n")
-        log.flush()
-        code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
-    if code != 0:
-        reason = f"signal {-code}" if code < 0 else f"exit status {code}"
-        raise StepError(
-            f"{what} failed ({reason}); last lines of {log_path}:\n{tail(log_path, tail_lines)}"
-        )
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    if not path.exists():
-        return "(no log)"
-    with open(path, "rb") as handle:
-        handle.seek(max(0, path.stat().st_size - 64 * 1024))
-        text = handle.read().decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def average_checkpoints(paths: Sequence[Path], output: Path) -> None:
@@ -108,18 +74,6 @@ def save_for_inference(state: dict[str, Any], model: dict[str, Any], output: Pat
     partial = output.with_name(output.name + ".partial")
     torch.save(light, partial)
     os.replace(partial, output)
-
-
-def _die_with_parent() -> None:
-    """A killed step must not leave fairseq running on (a rerun would then train beside it)."""
-    parent = os.environ.get(PARENT_ENV)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if parent is not None and os.getppid() != int(parent):
-        os._exit(1)  # the parent died before prctl took effect
 
 
 def _refuse_long_examples() -> None:
@@ -180,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
             "usage: python -m mtcore_plugins.steps.fairseq_entry train [--models a,b] "
             "[--threads N] [--too-long error|skip] -- FAIRSEQ_TRAIN_ARGS..."
         )
-    _die_with_parent()
+    die_with_parent()
     _train(argv[1:])
 
 

@@ -16,9 +16,10 @@ from pydantic import Field
 
 from mtcore.errors import DataError, StepError
 from mtcore.plugin import PluginConfig
+from mtcore.process import run_logged, tail
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
-from mtcore_plugins.steps.fairseq_entry import average_checkpoints, run_logged, tail
+from mtcore_plugins.steps.fairseq_entry import average_checkpoints
 
 ENTRY = "mtcore_plugins.steps.fairseq_entry"
 INTERVAL_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt$")

@@ -1,0 +1,63 @@
+"""Child processes of steps: logged subprocesses and workers that die with their parent.
+
+A step killed with ``kill -9`` must not leave a trainer or a pool worker running: a rerun would
+then work beside it in the same directory. Children call :func:`die_with_parent` first thing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from mtcore.errors import StepError
+
+PARENT_ENV = "MTCORE_PARENT_PID"
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Ask the kernel to kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``);
+    exit at once if the parent is already gone."""
+    if parent is None and PARENT_ENV in os.environ:
+        parent = int(os.environ[PARENT_ENV])
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # the parent died before prctl took effect
+
+
+def run_logged(
+    cmd: list[str],
+    log_path: Path,
+    what: str,
+    env: dict[str, str] | None = None,
+    tail_lines: int = 30,
+) -> None:
+    """Runs ``cmd`` with stdout and stderr appended to ``log_path``; a failure raises
+    :class:`StepError` quoting the log's tail. The child learns our pid through
+    ``MTCORE_PARENT_PID`` so it can call :func:`die_with_parent`."""
+    full_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+    if code != 0:
+        reason = f"signal {-code}" if code < 0 else f"exit status {code}"
+        raise StepError(
+            f"{what} failed ({reason}); last lines of {log_path}:\n{tail(log_path, tail_lines)}"
+        )
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log (reads at most its last 64 KiB)."""
+    if not path.exists():
+        return "(no log)"
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - 64 * 1024))
+        text = handle.read().decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,141 @@
+"""End to end on real pairs: fetch -> clean -> split -> spm -> binarize -> train -> translate ->
+evaluate, with a micro model and a few dozen updates; then kill -9 mid-training and resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import real_slice
+
+pytestmark = pytest.mark.slow
+MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
+
+
+def tiny_recipe(tmp_path: Path) -> Path:
+    files = real_slice(tmp_path / "data", "train", 800)
+    doc = {
+        "name": "tiny",
+        "directions": ["en-ja"],
+        "executor": {"workers": 1},
+        "data": {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}},
+        "steps": {
+            "clean": {
+                "kind": "clean",
+                "inputs": {"corpus": "bitext"},
+                "filters": [
+                    {"name": "length", "max_length": 200},
+                    {"name": "length_ratio", "max_ratio": 6},
+                    {"name": "dedup"},
+                ],
+            },
+            "split": {
+                "kind": "split",
+                "inputs": {"corpus": "clean"},
+                "valid_size": 40,
+                "test_size": 37,
+            },
+            "spm": {
+                "kind": "spm",
+                "inputs": {"corpus": "split.train"},
+                "vocab_size": 400,
+                "num_threads": 1,
+            },
+            "binarize": {
+                "kind": "binarize",
+                "src": "en",
+                "tgt": "ja",
+                "inputs": {"train": "split.train", "valid": "split.valid", "spm": "spm"},
+            },
+            "train": {
+                "kind": "train",
+                "inputs": {"data": "binarize"},
+                "arch": "mtcore_transformer_micro",
+                "max_update": 60,
+                "max_tokens": 1024,
+                "lr": 0.003,
+                "warmup_updates": 10,
+                "dropout": 0.1,
+                "save_interval_updates": 20,
+                "keep_last": 2,
+                "average_last": 2,
+                "log_interval": 10,
+                "threads": 1,
+            },
+            "translate": {
+                "kind": "translate",
+                "src": "en",
+                "tgt": "ja",
+                "beam": 2,
+                "batch_size": 16,
+                "threads": 1,
+                "inputs": {"model": "train", "corpus": "split.test", "spm": "spm"},
+            },
+            "evaluate": {
+                "kind": "evaluate",
+                "inputs": {"hyp": "translate", "ref": "split.test"},
+                "metrics": ["chrf", {"name": "bleu", "tokenize": "char"}],
+            },
+        },
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    return path
+
+
+def step_files(workdir: Path) -> dict[str, bytes]:
+    """Completed outputs, without manifests and logs (they hold timings)."""
+    steps = workdir / "steps"
+    return {
+        p.relative_to(steps).as_posix(): p.read_bytes()
+        for p in sorted(steps.rglob("*"))
+        if p.is_file()
+        and ".partial" not in p.parts
+        and p.name != "manifest.json"
+        and p.suffix != ".log"
+    }
+
+
+def test_tiny_recipe_end_to_end_and_resume_after_kill(tmp_path):
+    recipe = tiny_recipe(tmp_path)
+    ref = tmp_path / "ref"
+    done = subprocess.run(
+        [*MTCORE, "run", str(recipe), "-w", str(ref), "-q"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "BLEU = " in done.stdout and "tok:char" in done.stdout
+    hyp = next(ref.glob("steps/translate-*/hyp/hyp.ja")).read_text(encoding="utf-8").split("\n")
+    assert len(hyp) == 37 + 1  # one line per test pair, newline-terminated
+    report = (ref / "report.md").read_text()
+    assert "## Scores" in report and "| evaluate | BLEU |" in report
+
+    # kill -9 once the first training checkpoint exists, then run again to completion.
+    work = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [*MTCORE, "run", str(recipe), "-w", str(work), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(
+        work.glob("steps/.partial/train-*/model/checkpoints/checkpoint_*_20.pt")
+    ):
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run finished before the first checkpoint: nothing was killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = subprocess.run(
+        [*MTCORE, "run", str(recipe), "-w", str(work), "-q"], capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    manifest = yaml.safe_load(next(work.glob("steps/train-*/manifest.json")).read_text())
+    assert manifest["resumed"] is True
+    assert manifest["metrics"]["resumed_from_update"] >= 20
+    assert step_files(work) == step_files(ref)
