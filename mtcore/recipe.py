@@ -223,8 +223,16 @@ def _recipe_step(
     if plugin is None:
         return None
     assert isinstance(plugin, Step)
-    for where, message in plugin.check(registry):
+    own = plugin.check(registry)
+    for where, message in own:
         problems.append(f"{loc}.{where}: {message}" if where else f"{loc}: {message}")
+    if not own:  # a step's own check locates its problems better than this generic one
+        for used_kind, used_name in plugin.plugins_used():
+            if not registry.has(used_kind, used_name):
+                problems.append(
+                    f"{loc}: uses unknown {used_kind} plugin {used_name!r}. "
+                    f"{suggest(used_name, registry.names(used_kind), f'Known {used_kind}')}"
+                )
     return StepSpec(step_id, kind, plugin, {str(k): str(v) for k, v in inputs.items()}, loc)
 
 

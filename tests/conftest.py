@@ -31,6 +31,11 @@ def real_slice(
     return out
 
 
+def local_data(files: dict[str, Path] | dict[str, str]) -> dict[str, Any]:
+    """A recipe's ``data`` section reading ``files`` (lang -> path) as the corpus ``bitext``."""
+    return {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}}
+
+
 @pytest.fixture(scope="session")
 def registry() -> Registry:
     return load_registry()

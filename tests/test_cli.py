@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from mtcore.cli import cli
 
-from .conftest import SHARED
+from .conftest import SHARED, local_data
 
 WMT22_ENJA = SHARED / "en-ja" / "wmt-conference+wmt22-news-systems" / "txt"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mtcore-example-plugin"
@@ -27,7 +27,7 @@ def small_recipe(tmp_path: Path, files: dict[str, Path], **extra) -> Path:
     doc = {
         "name": "cli",
         "executor": {"workers": 1},
-        "data": {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}},
+        "data": local_data(files),
         "steps": {
             "clean": {
                 "kind": "clean",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import real_slice
+from .conftest import local_data, real_slice
 
 pytestmark = pytest.mark.slow
 MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
@@ -25,7 +25,7 @@ def tiny_recipe(tmp_path: Path) -> Path:
         "name": "tiny",
         "directions": ["en-ja"],
         "executor": {"workers": 1},
-        "data": {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}},
+        "data": local_data(files),
         "steps": {
             "clean": {
                 "kind": "clean",

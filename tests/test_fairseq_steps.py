@@ -186,8 +186,6 @@ def test_train_command_never_drops_batches_and_uses_no_user_dir(tmp_path: Path) 
     assert "--user-dir" not in cmd and "--warmup-init-lr" not in cmd
     assert cmd[cmd.index("--total-num-update") + 1] == "100"
     assert step.plugins_used() == [("models", "transformer_presets")]
-    assert step.check(load_registry()) == []
-    assert TrainStep.from_dict({"models": ["nope"]}).check(load_registry())[0][0] == "models.0"
 
 
 def test_presets_register_twice() -> None:

@@ -10,13 +10,15 @@ from mtcore.errors import RecipeError
 from mtcore.overrides import apply_set, deep_merge, parse_set
 from mtcore.recipe import build_recipe, load_recipe
 
+from .conftest import local_data
+
 
 def base_recipe(files: dict[str, Path] | None = None) -> dict:
     files = files or {"en": "a.en", "ja": "a.ja"}
     return {
         "name": "t",
         "directions": ["en-ja"],
-        "data": {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}},
+        "data": local_data(files),
         "steps": {
             "clean": {
                 "kind": "clean",
@@ -184,3 +186,20 @@ def test_set_paths_reach_list_items():
     assert apply_set(doc, path, value)["steps"]["clean"]["filters"][1]["x"] == 2.5
     with pytest.raises(RecipeError, match="not an index"):
         apply_set(doc, *parse_set("steps.clean.filters.7.x=1"))
+
+
+def test_unknown_component_plugin_of_a_step_is_reported(registry):
+    document = base_recipe()
+    document["steps"]["train"] = {
+        "kind": "train",
+        "inputs": {"data": "split"},
+        "models": ["transformr_presets"],
+    }
+    problems = problems_of(document, registry)
+    assert any(
+        p.startswith(
+            "steps.train: uses unknown models plugin 'transformr_presets'. Did you mean "
+            "'transformer_presets'?"
+        )
+        for p in problems
+    ), problems

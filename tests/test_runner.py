@@ -16,14 +16,14 @@ from mtcore.plan import make_plan
 from mtcore.recipe import build_recipe
 from mtcore.runner import Runner
 
-from .conftest import real_slice
+from .conftest import local_data, real_slice
 
 
 def recipe_doc(files: dict[str, Path], **split) -> dict:
     return {
         "name": "runner",
         "executor": {"workers": 1},
-        "data": {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}},
+        "data": local_data(files),
         "steps": {
             "clean": {
                 "kind": "clean",

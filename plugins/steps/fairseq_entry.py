@@ -15,7 +15,8 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,19 @@ def safe_globals() -> list[Any]:
     2.13: only ``argparse.Namespace`` (a legacy architecture's ``cfg.model``). The logged meters
     in ``extra_state`` are stored as plain dicts and tensors; ``OrderedDict`` is allowed already."""
     return [argparse.Namespace]
+
+
+@contextmanager
+def root_logging_kept() -> Iterator[None]:
+    """Importing fairseq calls ``logging.basicConfig(level=DEBUG)`` (wav2vec2_classification)
+    and more: every library's debug output would reach the user's terminal. Undo that."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def add_safe_globals() -> None:

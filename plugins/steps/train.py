@@ -17,7 +17,6 @@ from pydantic import Field
 from mtcore.errors import DataError, StepError
 from mtcore.plugin import PluginConfig
 from mtcore.process import run_logged, tail
-from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
 from mtcore_plugins.steps.fairseq_entry import average_checkpoints
 
@@ -107,13 +106,6 @@ class TrainStep(Step):
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]
-
-    def check(self, registry: Registry) -> list[tuple[str, str]]:
-        return [
-            (f"models.{i}", f"unknown models plugin {name!r}")
-            for i, name in enumerate(self.config.models)
-            if not registry.has("models", name)
-        ]
 
     def run(self, ctx: StepContext) -> None:
         data = ctx.inputs["data"]

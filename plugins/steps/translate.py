@@ -11,10 +11,13 @@ from pydantic import Field
 from mtcore.corpus import Corpus, CorpusWriter, batched
 from mtcore.errors import DataError, StepError
 from mtcore.plugin import PluginConfig
-from mtcore.registry import Registry
 from mtcore.step import Step, StepContext
 from mtcore_plugins.steps.binarize import load_spm
-from mtcore_plugins.steps.fairseq_entry import add_safe_globals, register_models
+from mtcore_plugins.steps.fairseq_entry import (
+    add_safe_globals,
+    register_models,
+    root_logging_kept,
+)
 
 
 class TranslateConfig(PluginConfig):
@@ -55,13 +58,6 @@ class TranslateStep(Step):
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]
-
-    def check(self, registry: Registry) -> list[tuple[str, str]]:
-        return [
-            (f"models.{i}", f"unknown models plugin {name!r}")
-            for i, name in enumerate(self.config.models)
-            if not registry.has("models", name)
-        ]
 
     def run(self, ctx: StepContext) -> None:
         import torch
@@ -110,8 +106,9 @@ class Translator:
     """A loaded checkpoint with its dictionaries, SentencePiece model and beam search."""
 
     def __init__(self, config: TranslateConfig, ctx: StepContext) -> None:
-        from fairseq import checkpoint_utils, utils
-        from fairseq.sequence_generator import SequenceGenerator
+        with root_logging_kept():
+            from fairseq import checkpoint_utils, utils
+            from fairseq.sequence_generator import SequenceGenerator
 
         model_dir = ctx.inputs["model"].path
         meta = ctx.inputs["model"].meta
