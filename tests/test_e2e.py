@@ -45,7 +45,7 @@ def tiny_recipe(tmp_path: Path) -> Path:
             "spm": {
                 "kind": "spm",
                 "inputs": {"corpus": "split.train"},
-                "vocab_size": 400,
+                "vocab_size": 1000,
                 "num_threads": 1,
             },
             "binarize": {

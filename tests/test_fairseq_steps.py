@@ -227,6 +227,14 @@ def test_checkpoint_selection_repair_and_averaging(tmp_path: Path) -> None:
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == (
         tmp_path / "checkpoint_1_15.pt"
     ).read_bytes()
+    # killed between writing checkpoint_1_15.pt and copying it: last is missing ...
+    (tmp_path / "checkpoint_last.pt").unlink()
+    assert repair_last_checkpoint(tmp_path)
+    assert (tmp_path / "checkpoint_last.pt").exists()
+    # ... or still the previous interval's (older than the newest checkpoint)
+    os.utime(tmp_path / "checkpoint_last.pt", ns=(1, 1))
+    assert repair_last_checkpoint(tmp_path)
+    assert not repair_last_checkpoint(tmp_path)  # now current: left alone
     average_checkpoints(select_checkpoints(tmp_path, 3), tmp_path / "avg.pt")
     averaged = torch.load(tmp_path / "avg.pt", weights_only=True)
     assert (

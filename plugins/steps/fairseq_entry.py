@@ -80,11 +80,31 @@ def average_checkpoints(paths: Sequence[Path], output: Path) -> None:
     save_for_inference(state, summed, output)
 
 
+STABLE_EXTRA_STATE = ("train_iterator", "val_loss", "best")
+# Absolute paths fairseq keeps in a checkpoint's config; loading overrides them anyway.
+PATH_SETTINGS = (("checkpoint", "save_dir", "checkpoints"), ("task", "data", "."))
+
+
 def save_for_inference(state: dict[str, Any], model: dict[str, Any], output: Path) -> None:
+    """Writes ``model`` with the rest of ``state`` made independent of how training went: no
+    optimizer state, no timings, no history of resumes and no absolute paths, so a training
+    killed and resumed gives the same bytes as one that ran through."""
     import torch
 
     light = {k: v for k, v in state.items() if k != "last_optimizer_state"}
     light["model"] = model
+    if light.get("optimizer_history"):
+        light["optimizer_history"] = light["optimizer_history"][-1:]
+    extra = light.get("extra_state") or {}
+    light["extra_state"] = {k: v for k, v in extra.items() if k in STABLE_EXTRA_STATE}
+    cfg = light.get("cfg")
+    if isinstance(cfg, dict):
+        for section, key, placeholder in PATH_SETTINGS:
+            if isinstance(cfg.get(section), dict) and key in cfg[section]:
+                cfg[section][key] = placeholder
+            # Legacy architectures keep a flat argparse copy of every setting in cfg.model.
+            if isinstance(cfg.get("model"), argparse.Namespace) and hasattr(cfg["model"], key):
+                setattr(cfg["model"], key, placeholder)
     partial = output.with_name(output.name + ".partial")
     torch.save(light, partial)
     os.replace(partial, output)

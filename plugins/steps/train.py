@@ -223,15 +223,19 @@ def training_done(log: Path) -> bool:
 
 
 def repair_last_checkpoint(save_dir: Path) -> bool:
-    """fairseq writes the interval checkpoint atomically but then *copies* it to
-    checkpoint_last.pt; a kill during that copy leaves a truncated file that would stop the
-    resume. Replace such a file by the newest intact interval checkpoint."""
+    """fairseq writes an interval checkpoint, then *copies* it to checkpoint_last.pt. A kill
+    between the two leaves checkpoint_last.pt missing or older than the newest checkpoint (the
+    resume would lose updates or start over), and a kill during the copy leaves it truncated
+    (the resume would fail). In each case the newest intact interval checkpoint replaces it."""
     last = save_dir / "checkpoint_last.pt"
-    if not last.exists() or zipfile.is_zipfile(last):
-        return False
     intact = [p for p in interval_checkpoints(save_dir).values() if zipfile.is_zipfile(p)]
+    last_ok = last.exists() and zipfile.is_zipfile(last)
+    if last_ok and (not intact or last.stat().st_mtime_ns >= intact[-1].stat().st_mtime_ns):
+        return False
     if not intact:
-        last.unlink()
+        if not last.exists():
+            return False
+        last.unlink()  # truncated, and nothing to resume from: start over
         return True
     partial = last.with_name("checkpoint_last.pt.repair")
     shutil.copyfile(intact[-1], partial)
