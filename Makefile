@@ -11,4 +11,4 @@ test: setup
 	.venv/bin/python -m pytest -q
 
 lint: setup
-	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy mtcore

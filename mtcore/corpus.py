@@ -147,7 +147,8 @@ class LineReader:
                 )
         return text
 
-    def _rule(self, rule: str, number: int, message: str) -> None:
+    def _rule(self, rule: str, number: int, message: str) -> str | None:
+        """Drops the line (returns None) or raises, as the policy for ``rule`` says."""
         action = getattr(self.policy, rule)
         if action == "drop":
             self.stats.add(f"input.{rule}_dropped")

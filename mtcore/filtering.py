@@ -66,13 +66,13 @@ def stateless_verdicts(
         _WORKER_FILTERS[key] = built
     verdicts = [KEPT] * len(batch)
     alive = list(range(len(batch)))
-    for index, plugin in enumerate(_WORKER_FILTERS[key]):
-        if plugin is None or not alive:
+    for index, slot in enumerate(_WORKER_FILTERS[key]):
+        if slot is None or not alive:
             continue
-        scores = plugin.score([batch[i] for i in alive])
+        scores = slot.score([batch[i] for i in alive])
         survivors = []
         for i, score in zip(alive, scores, strict=True):
-            if plugin.accept(score):
+            if slot.accept(score):
                 survivors.append(i)
             else:
                 verdicts[i] = index

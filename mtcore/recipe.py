@@ -39,7 +39,7 @@ class RecipeHead(BaseModel):
     paper: str | None = Field(None, description="citation of the system this recipe replicates")
     directions: list[str] = Field(default_factory=list)
     vars: dict[str, Any] = Field(default_factory=dict)
-    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
     seed: int = Field(1, ge=0)
     default_profile: str | None = None
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -181,7 +181,7 @@ def _data_step(
     if "input" in entry:
         fetch_values["input"] = entry["input"]
     plugin = _make(fetch_cls, fetch_values, loc, problems, strip_prefix=("config",))
-    if plugin is None:
+    if not isinstance(plugin, Step):
         return None
     return StepSpec(name, "fetch", plugin, {}, loc)
 
@@ -236,7 +236,9 @@ def _recipe_step(
     return StepSpec(step_id, kind, plugin, {str(k): str(v) for k, v in inputs.items()}, loc)
 
 
-def _load(registry: Registry, kind: str, name: str, loc: str, problems: list[str]) -> type | None:
+def _load(
+    registry: Registry, kind: str, name: str, loc: str, problems: list[str]
+) -> type[Any] | None:
     try:
         return registry.load(kind, name)
     except PluginError as exc:

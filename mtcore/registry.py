@@ -63,7 +63,7 @@ class Registry:
         self._by_kind: dict[str, dict[str, list[PluginInfo]]] = {k: {} for k in KINDS}
         for info in infos:
             self._by_kind[info.kind].setdefault(info.name, []).append(info)
-        self._loaded: dict[tuple[str, str], type] = {}
+        self._loaded: dict[tuple[str, str], type[Any]] = {}
 
     def names(self, kind: str) -> list[str]:
         group(kind)
@@ -88,7 +88,7 @@ class Registry:
     def has(self, kind: str, name: str) -> bool:
         return name in self._by_kind.get(kind, {})
 
-    def load(self, kind: str, name: str) -> type:
+    def load(self, kind: str, name: str) -> type[Any]:
         """Import and return the plugin class; checks that its ``name`` matches."""
         key = (kind, name)
         if key in self._loaded:
