@@ -8,20 +8,10 @@ if TYPE_CHECKING:
     from mtcore.recipe import Recipe
     from mtcore.runner import RunResult
 
-SHOWN_COUNTS = (
-    "pairs_in",
-    "pairs_out",
-    "pairs.train",
-    "pairs.valid",
-    "pairs.test",
-    "updates",
-    "segments",
-)
-
 
 def _counts(manifest: dict[str, Any]) -> str:
     counts = manifest.get("counts", {})
-    parts = [f"{k}={counts[k]}" for k in SHOWN_COUNTS if k in counts]
+    parts = [f"{k}={v}" for k, v in counts.items() if not k.startswith(("dropped.", "input."))]
     drops = {k[len("dropped.") :]: v for k, v in counts.items() if k.startswith("dropped.")}
     if drops:
         parts.append("dropped: " + ", ".join(f"{k} {v}" for k, v in drops.items()))

@@ -76,7 +76,9 @@ def test_second_run_is_all_cached(tmp_path, registry, enja_files):
         + sum(v for k, v in manifest["counts"].items() if k.startswith("dropped."))
         == 400
     )
-    assert "| clean | clean | cached |" in (tmp_path / "w" / "report.md").read_text()
+    report = (tmp_path / "w" / "report.md").read_text()
+    assert "| clean | clean | cached |" in report
+    assert f"pairs_in=400; pairs_out={manifest['counts']['pairs_out']}; dropped: length" in report
 
 
 def test_changed_step_reruns_only_itself_and_dependents(tmp_path, registry, enja_files):

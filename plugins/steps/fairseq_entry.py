@@ -37,6 +37,8 @@ def root_logging_kept() -> Iterator[None]:
     and more: every library's debug output would reach the user's terminal. Undo that."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    if not handlers:  # basicConfig does nothing while the root logger has a handler
+        root.addHandler(logging.NullHandler())
     try:
         yield
     finally:
