@@ -98,10 +98,14 @@ def plan(recipe: Path, profile: str | None, sets: tuple[str, ...], workdir: Path
 
     registry, loaded, _ = _load(recipe, profile, sets)
     runner = Runner(loaded, registry, _workdir(loaded, workdir))
-    for planned, cached in runner.status():
+    rows = runner.status()
+    width = max((len(p.id) for p, _ in rows), default=0)
+    kind_width = max((len(p.spec.kind) for p, _ in rows), default=0)
+    for planned, cached in rows:
         deps = ", ".join(planned.deps) or "-"
+        status = "cached" if cached else "to run"
         click.echo(
-            f"{'cached' if cached else 'to run':7} {planned.id:<20} {planned.spec.kind:<10} "
+            f"{status:7} {planned.id:<{width}}  {planned.spec.kind:<{kind_width}}  "
             f"{planned.hash}  <- {deps}"
         )
 

@@ -9,6 +9,16 @@ from mtcore.plugin import Model, PluginConfig
 
 # arch name -> settings applied over fairseq's transformer base_architecture (only where the
 # command line did not set them: fairseq passes unset model arguments as absent).
+# NT5 Table 4: (encoder layers, encoder FFN, decoder layers, decoder FFN).
+NT5_TABLE4: dict[str, tuple[int, int, int, int]] = {
+    "mtcore_nt5_ntt_base": (9, 8192, 9, 8192),
+    "mtcore_nt5_abci_base": (9, 16384, 9, 4096),
+    "mtcore_nt5_abci_encbig": (12, 65536, 9, 8192),
+    "mtcore_nt5_abci_encdeep": (18, 8192, 9, 8192),
+    "mtcore_nt5_failab_encbig": (9, 61440, 9, 16384),
+    "mtcore_nt5_failab_decbig": (9, 16384, 9, 61440),
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Small enough to learn something in a few CPU minutes; for tests and smoke runs.
     "mtcore_transformer_tiny": {
@@ -63,6 +73,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "decoder_layers": 6,
         "dropout": 0.3,
         "attention_dropout": 0.1,
+    },
+    # NT5 Table 4: the six configurations of the final heterogeneous ensemble (post-LN here;
+    # B2T and RPE come with their own plugins). All d_model 1024 and 16 heads; train them with
+    # --share-decoder-input-output-embed and separate source embeddings, which with a 64k
+    # vocabulary (§3.2) gives Table 4's #Params (547M, 622M, 2.0B, 736M, 1.7B, 1.7B).
+    **{
+        name: {
+            "encoder_embed_dim": 1024,
+            "encoder_ffn_embed_dim": enc_ffn,
+            "encoder_attention_heads": 16,
+            "encoder_layers": enc_layers,
+            "decoder_embed_dim": 1024,
+            "decoder_ffn_embed_dim": dec_ffn,
+            "decoder_attention_heads": 16,
+            "decoder_layers": dec_layers,
+        }
+        for name, (enc_layers, enc_ffn, dec_layers, dec_ffn) in NT5_TABLE4.items()
     },
 }
 
