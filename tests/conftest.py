@@ -39,6 +39,28 @@ def local_data(files: dict[str, Path] | dict[str, str]) -> dict[str, Any]:
     return {"bitext": {"source": "local", "files": {k: str(v) for k, v in files.items()}}}
 
 
+def clean_split_recipe(
+    name: str, files: dict[str, Path] | dict[str, str], filters: list[dict[str, Any]], held_out: int
+) -> dict[str, Any]:
+    """data ``bitext`` -> ``clean`` with ``filters`` -> ``split`` holding out ``held_out`` pairs
+    for valid and for test; one worker. Tests add or change steps on the returned document."""
+    return {
+        "name": name,
+        "directions": ["en-ja"],
+        "executor": {"workers": 1},
+        "data": local_data(files),
+        "steps": {
+            "clean": {"kind": "clean", "inputs": {"corpus": "bitext"}, "filters": filters},
+            "split": {
+                "kind": "split",
+                "inputs": {"corpus": "clean"},
+                "valid_size": held_out,
+                "test_size": held_out,
+            },
+        },
+    }
+
+
 @pytest.fixture(scope="session")
 def registry() -> Registry:
     return load_registry()

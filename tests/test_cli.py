@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from mtcore.cli import cli
 
-from .conftest import SHARED, local_data
+from .conftest import SHARED, clean_split_recipe
 
 WMT22_ENJA = SHARED / "en-ja" / "wmt-conference+wmt22-news-systems" / "txt"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mtcore-example-plugin"
@@ -23,26 +23,9 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), obj={})
 
 
-def small_recipe(tmp_path: Path, files: dict[str, Path], **extra) -> Path:
-    doc = {
-        "name": "cli",
-        "executor": {"workers": 1},
-        "data": local_data(files),
-        "steps": {
-            "clean": {
-                "kind": "clean",
-                "inputs": {"corpus": "bitext"},
-                "filters": [{"name": "length", "max_length": 60}, {"name": "dedup"}],
-            },
-            "split": {
-                "kind": "split",
-                "inputs": {"corpus": "clean"},
-                "valid_size": 10,
-                "test_size": 10,
-            },
-        },
-        **extra,
-    }
+def small_recipe(tmp_path: Path, files: dict[str, Path]) -> Path:
+    filters = [{"name": "length", "max_length": 60}, {"name": "dedup"}]
+    doc = clean_split_recipe("cli", files, filters, held_out=10)
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

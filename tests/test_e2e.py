@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import local_data, real_slice
+from .conftest import clean_split_recipe, real_slice
 
 pytestmark = pytest.mark.slow
 MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
@@ -21,27 +21,15 @@ MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
 
 def tiny_recipe(tmp_path: Path) -> Path:
     files = real_slice(tmp_path / "data", "train", 800)
-    doc = {
-        "name": "tiny",
-        "directions": ["en-ja"],
-        "executor": {"workers": 1},
-        "data": local_data(files),
-        "steps": {
-            "clean": {
-                "kind": "clean",
-                "inputs": {"corpus": "bitext"},
-                "filters": [
-                    {"name": "length", "max_length": 200},
-                    {"name": "length_ratio", "max_ratio": 6},
-                    {"name": "dedup"},
-                ],
-            },
-            "split": {
-                "kind": "split",
-                "inputs": {"corpus": "clean"},
-                "valid_size": 40,
-                "test_size": 37,
-            },
+    filters = [
+        {"name": "length", "max_length": 200},
+        {"name": "length_ratio", "max_ratio": 6},
+        {"name": "dedup"},
+    ]
+    doc = clean_split_recipe("tiny", files, filters, held_out=40)
+    doc["steps"]["split"]["test_size"] = 37  # not a multiple of the translation batch size
+    doc["steps"].update(
+        {
             "spm": {
                 "kind": "spm",
                 "inputs": {"corpus": "split.train"},
@@ -83,8 +71,8 @@ def tiny_recipe(tmp_path: Path) -> Path:
                 "inputs": {"hyp": "translate", "ref": "split.test"},
                 "metrics": ["chrf", {"name": "bleu", "tokenize": "char"}],
             },
-        },
-    }
+        }
+    )
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True))
     return path

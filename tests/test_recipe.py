@@ -10,32 +10,15 @@ from mtcore.errors import RecipeError
 from mtcore.overrides import apply_set, deep_merge, parse_set
 from mtcore.recipe import build_recipe, load_recipe
 
-from .conftest import local_data
+from .conftest import clean_split_recipe
 
 
 def base_recipe(files: dict[str, Path] | None = None) -> dict:
     files = files or {"en": "a.en", "ja": "a.ja"}
-    return {
-        "name": "t",
-        "directions": ["en-ja"],
-        "data": local_data(files),
-        "steps": {
-            "clean": {
-                "kind": "clean",
-                "inputs": {"corpus": "bitext"},
-                "filters": [
-                    {"name": "length", "max_length": 100},
-                    {"name": "length_ratio", "max_ratio": 3},
-                ],
-            },
-            "split": {
-                "kind": "split",
-                "inputs": {"corpus": "clean"},
-                "valid_size": 10,
-                "test_size": 10,
-            },
-        },
-    }
+    filters = [{"name": "length", "max_length": 100}, {"name": "length_ratio", "max_ratio": 3}]
+    document = clean_split_recipe("t", files, filters, held_out=10)
+    del document["executor"]
+    return document
 
 
 def problems_of(document: dict, registry, **kwargs) -> list[str]:

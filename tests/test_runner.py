@@ -16,34 +16,19 @@ from mtcore.plan import make_plan
 from mtcore.recipe import build_recipe
 from mtcore.runner import Runner
 
-from .conftest import local_data, real_slice
+from .conftest import clean_split_recipe, real_slice
 
 
 def recipe_doc(files: dict[str, Path], **split) -> dict:
-    return {
-        "name": "runner",
-        "executor": {"workers": 1},
-        "data": local_data(files),
-        "steps": {
-            "clean": {
-                "kind": "clean",
-                "inputs": {"corpus": "bitext"},
-                "shard_size": 100,
-                "filters": [
-                    {"name": "length", "max_length": 80},
-                    {"name": "dedup"},
-                    {"name": "length_ratio", "max_ratio": 3},
-                ],
-            },
-            "split": {
-                "kind": "split",
-                "inputs": {"corpus": "clean"},
-                "valid_size": 20,
-                "test_size": 20,
-                **split,
-            },
-        },
-    }
+    filters = [
+        {"name": "length", "max_length": 80},
+        {"name": "dedup"},
+        {"name": "length_ratio", "max_ratio": 3},
+    ]
+    document = clean_split_recipe("runner", files, filters, held_out=20)
+    document["steps"]["clean"]["shard_size"] = 100
+    document["steps"]["split"].update(split)
+    return document
 
 
 def outputs(workdir: Path) -> dict[str, bytes]:
