@@ -9,7 +9,7 @@ on exactly the pairs that reached them, so the result does not depend on shardin
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,14 +104,3 @@ class StatefulStage:
                 if not plugin.accept(score):
                     final[i] = index
         return final
-
-
-def split_batches(pairs: Iterator[Pair], size: int) -> Iterator[list[Pair]]:
-    batch: list[Pair] = []
-    for pair in pairs:
-        batch.append(pair)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

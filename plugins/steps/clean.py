@@ -6,13 +6,13 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError
 
-from mtcore.corpus import Corpus, CorpusWriter
+from mtcore.corpus import Corpus, CorpusWriter, batched
+from mtcore.errors import PluginError
 from mtcore.filtering import (
     KEPT,
     FilterSpec,
     StatefulStage,
     make_specs,
-    split_batches,
     stateless_verdicts,
 )
 from mtcore.plugin import Pair, PluginConfig
@@ -49,7 +49,7 @@ class CleanStep(Step):
                 continue
             try:
                 cls = registry.load("filters", str(entry["name"]))
-            except Exception as exc:
+            except PluginError as exc:
                 problems.append((f"filters.{i}.name", str(exc)))
                 continue
             try:
@@ -69,7 +69,7 @@ class CleanStep(Step):
         for spec in specs:
             ctx.stats.add(f"dropped.{spec.label}", 0)
         total = source.count()
-        shards = split_batches(iter(source), self.config.shard_size)
+        shards = batched(source, self.config.shard_size)
         with (
             CorpusWriter(ctx.output("corpus"), source.langs) as writer,
             ctx.progress(total, "clean") as bar,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from mtcore.corpus import Corpus
 from mtcore.errors import PluginError, StepError
@@ -39,7 +39,7 @@ class EvaluateStep(Step):
                 build_metrics(registry, [entry])
             except PluginError as exc:
                 problems.append((f"metrics.{i}", str(exc)))
-            except Exception as exc:  # pydantic validation of the metric's settings
+            except ValidationError as exc:
                 problems.append((f"metrics.{i}", f"{name}: {exc}"))
         return problems
 
