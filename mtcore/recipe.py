@@ -332,3 +332,35 @@ def _check_cycles(steps: dict[str, StepSpec], problems: list[str]) -> None:
 
     for node in steps:
         visit(node, [])
+
+
+def check_components(
+    registry: Registry, kind: str, entries: list[Any], field: str
+) -> list[tuple[str, str]]:
+    """Problems of a step setting that lists component plugins, each entry a name or
+    ``{name: ..., <settings>}``; locations are relative to the step (``filters.1.max_ratio``)."""
+    problems: list[tuple[str, str]] = []
+    for i, entry in enumerate(entries):
+        name = (
+            entry
+            if isinstance(entry, str)
+            else entry.get("name")
+            if isinstance(entry, dict)
+            else None
+        )
+        if name is None:
+            problems.append((f"{field}.{i}.name", f"Field required (a {kind[:-1]} plugin name)"))
+            continue
+        try:
+            cls = registry.load(kind, str(name))
+        except PluginError as exc:
+            problems.append((f"{field}.{i}.name", str(exc)))
+            continue
+        settings = {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k != "name"}
+        try:
+            cls.Config.model_validate(settings)
+        except ValidationError as exc:
+            for problem in pydantic_problems(exc, f"{field}.{i}"):
+                where, _, message = problem.partition(": ")
+                problems.append((where, message))
+    return problems

@@ -186,3 +186,15 @@ def test_unknown_component_plugin_of_a_step_is_reported(registry):
         )
         for p in problems
     ), problems
+
+
+def test_metric_settings_are_located(registry):
+    document = base_recipe()
+    document["steps"]["score"] = {
+        "kind": "evaluate",
+        "inputs": {"hyp": "split.test", "ref": "split.test"},
+        "metrics": [{"name": "bleu", "tokenize": "chr"}, "blue"],
+    }
+    problems = problems_of(document, registry)
+    assert any(p.startswith("steps.score.metrics.0.tokenize: Input should be") for p in problems)
+    assert "steps.score.metrics.1.name: Unknown metric 'blue'. Did you mean 'bleu'?" in problems

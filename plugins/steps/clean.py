@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from mtcore.corpus import Corpus, CorpusWriter, batched
-from mtcore.errors import PluginError
 from mtcore.filtering import (
     KEPT,
     FilterSpec,
@@ -16,7 +15,7 @@ from mtcore.filtering import (
     stateless_verdicts,
 )
 from mtcore.plugin import Pair, PluginConfig
-from mtcore.recipe import pydantic_problems
+from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.shards import map_shards
 from mtcore.step import Step, StepContext
@@ -42,21 +41,7 @@ class CleanStep(Step):
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "rejects")
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
-        problems = []
-        for i, entry in enumerate(self.config.filters):
-            if not isinstance(entry, dict) or "name" not in entry:
-                problems.append((f"filters.{i}.name", "Field required (a filter plugin name)"))
-                continue
-            try:
-                cls = registry.load("filters", str(entry["name"]))
-            except PluginError as exc:
-                problems.append((f"filters.{i}.name", str(exc)))
-                continue
-            try:
-                cls.Config.model_validate({k: v for k, v in entry.items() if k != "name"})
-            except ValidationError as exc:
-                problems.extend(_split(p) for p in pydantic_problems(exc, f"filters.{i}"))
-        return problems
+        return check_components(registry, "filters", self.config.filters, "filters")
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("filters", str(entry["name"])) for entry in self.config.filters]
@@ -103,8 +88,3 @@ def _write_rejects(
         with open(folder / f"{spec.label}.tsv", "w", encoding="utf-8", newline="\n") as handle:
             for pair in rejects[spec.label]:
                 handle.write("\t".join(pair) + "\n")
-
-
-def _split(problem: str) -> tuple[str, str]:
-    where, _, message = problem.partition(": ")
-    return where, message

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from mtcore.corpus import Corpus
-from mtcore.errors import PluginError, StepError
+from mtcore.errors import StepError
 from mtcore.metrics import build_metrics, check_lengths, evaluate
 from mtcore.plugin import PluginConfig
+from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
 
@@ -32,16 +33,7 @@ class EvaluateStep(Step):
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
-        problems = []
-        for i, entry in enumerate(self.config.metrics):
-            name = entry if isinstance(entry, str) else str(entry.get("name"))
-            try:
-                build_metrics(registry, [entry])
-            except PluginError as exc:
-                problems.append((f"metrics.{i}", str(exc)))
-            except ValidationError as exc:
-                problems.append((f"metrics.{i}", f"{name}: {exc}"))
-        return problems
+        return check_components(registry, "metrics", self.config.metrics, "metrics")
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [
