@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
 
@@ -256,7 +256,7 @@ class CorpusWriter:
         self.corpus = Corpus(path, tuple(langs), name)
         path.mkdir(parents=True, exist_ok=True)
         self.handles = [
-            open(f, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 (closed in close())
+            open(f, "wb")  # noqa: SIM115 (closed in close())
             for f in self.corpus.files()
         ]
         self.lines = 0
@@ -271,9 +271,20 @@ class CorpusWriter:
                 raise DataError(
                     f"{self.corpus.path}: a plugin produced a segment containing a newline"
                 )
-            handle.write(text)
-            handle.write("\n")
+            handle.write(text.encode("utf-8"))
+            handle.write(b"\n")
         self.lines += 1
+
+    def write_raw(self, sides: Sequence[bytes], lines: int) -> None:
+        """Appends ``lines`` lines already encoded (``\n``-terminated) per side: the engine's
+        fast path, which cuts kept lines out of the input bytes without decoding them."""
+        if len(sides) != len(self.handles):
+            raise DataError(
+                f"{self.corpus.path}: block has {len(sides)} sides, corpus has {len(self.handles)}"
+            )
+        for handle, raw in zip(self.handles, sides, strict=True):
+            handle.write(raw)
+        self.lines += lines
 
     def write_all(self, pairs: Iterable[Pair]) -> None:
         for pair in pairs:

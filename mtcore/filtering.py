@@ -1,106 +1,372 @@
 """The filter-chain engine. Filters only score and accept; this module owns batching, chain
-order, drop counters and reject samples (as datatrove's runner does for its blocks).
+order, drop counters, ranking and reject samples (as datatrove's runner does for its blocks).
 
 Chain semantics are OpusFilter's: a pair is kept when every filter accepts it, and a drop is
 counted against the first filter in chain order that rejects it. Stateless filters run on
-shards in worker processes; stateful ones (deduplication) run in order in the calling process
-on exactly the pairs that reached them, so the result does not depend on sharding or workers.
+shards (:class:`mtcore.textblock.TextBlock`) in worker processes; stateful ones (deduplication)
+run in order in the calling process on exactly the pairs that reached them, so the result does
+not depend on sharding or workers. A stateful filter's ``prepare_block`` (hashing, say) still
+runs in the workers.
+
+A chain entry may carry ``keep`` instead of relying on the filter's own threshold: the pairs
+that every other filter kept are ranked by the filter's ``rank_key`` and a top fraction, a
+top k or a percentile band of them is kept. Ranking needs the whole corpus, so ranked entries
+come last in the chain and a step that has them reads its input twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from mtcore.plugin import Filter, Pair
+import numpy as np
+from pydantic import Field, ValidationError, model_validator
+
+from mtcore.errors import PluginError
+from mtcore.plugin import Filter, PluginConfig
 from mtcore.registry import Registry, load_registry
+from mtcore.shards import map_shards
+from mtcore.textblock import BlockReader, RawBlock, TextBlock
 
 KEPT = -1
+ENGINE_KEYS = ("name", "keep")
+"""Keys of a chain entry that belong to the engine, not to the filter's settings."""
+
+
+class KeepSpec(PluginConfig):
+    """Which ranked pairs a chain entry keeps; exactly one of the fields."""
+
+    top_fraction: float | None = Field(
+        None, gt=0, le=1, description="keep this fraction of the pairs, best first"
+    )
+    top_k: int | None = Field(None, ge=1, description="keep this many pairs, best first")
+    percentile: tuple[float, float] | None = Field(
+        None, description="keep pairs whose score lies in this [low, high] percentile band"
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> KeepSpec:
+        chosen = [
+            n for n in ("top_fraction", "top_k", "percentile") if getattr(self, n) is not None
+        ]
+        if len(chosen) != 1:
+            raise ValueError("give exactly one of top_fraction, top_k, percentile")
+        if self.percentile is not None:
+            low, high = self.percentile
+            if not 0 <= low <= high <= 100:
+                raise ValueError("percentile band must satisfy 0 <= low <= high <= 100")
+        return self
 
 
 @dataclass(frozen=True)
 class FilterSpec:
-    """A filter as a recipe names it: plugin name, its settings and a label for counters."""
+    """A filter as a recipe names it: plugin name, its settings, a label for counters and,
+    for a ranked entry, its ``keep`` rule."""
 
     name: str
     config: tuple[tuple[str, Any], ...]
     label: str
+    keep: tuple[tuple[str, Any], ...] | None = None
 
-    def build(self, registry: Registry, langs: tuple[str, ...]) -> Filter:
+    def build(
+        self,
+        registry: Registry,
+        langs: tuple[str, ...],
+        resources: Mapping[str, Path] | None = None,
+    ) -> Filter:
         cls = registry.load("filters", self.name)
-        plugin = cls.from_dict(dict(self.config))
+        plugin = cls.from_dict(_thaw(dict(self.config)))
         assert isinstance(plugin, Filter)
-        plugin.setup(langs)
+        plugin.setup(langs, resources)
         return plugin
 
+    @property
+    def keep_spec(self) -> KeepSpec | None:
+        return None if self.keep is None else KeepSpec.model_validate(_thaw(dict(self.keep)))
 
-def make_specs(entries: Sequence[dict[str, Any]]) -> list[FilterSpec]:
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("__list__", *(_freeze(v) for v in value))
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        if value and value[0] == "__list__":
+            return [_thaw(v) for v in value[1:]]
+        if all(isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) for v in value):
+            return {k: _thaw(v) for k, v in value}
+    return value
+
+
+def make_specs(entries: Sequence[Any]) -> list[FilterSpec]:
     specs: list[FilterSpec] = []
     used: dict[str, int] = {}
     for entry in entries:
+        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
         name = str(entry["name"])
         used[name] = used.get(name, 0) + 1
         label = name if used[name] == 1 else f"{name}#{used[name]}"
-        config = tuple(sorted((k, v) for k, v in entry.items() if k != "name"))
-        specs.append(FilterSpec(name, config, label))
+        config = tuple(sorted((k, _freeze(v)) for k, v in entry.items() if k not in ENGINE_KEYS))
+        keep = entry.get("keep")
+        specs.append(FilterSpec(name, config, label, None if keep is None else _freeze(keep)))
     return specs
 
 
-_WORKER_FILTERS: dict[tuple[Any, ...], list[Filter | None]] = {}
-
-
-def stateless_verdicts(
-    task: tuple[tuple[FilterSpec, ...], tuple[str, ...], list[Pair]],
-) -> list[int]:
-    """Runs in a worker: for each pair, the chain index of the first stateless filter that
-    rejects it, or KEPT. Stateful filters are skipped here (their slot is ``None``)."""
-    specs, langs, batch = task
-    key = (specs, langs)
-    if key not in _WORKER_FILTERS:
-        registry = load_registry()
-        built: list[Filter | None] = []
-        for spec in specs:
-            plugin = spec.build(registry, langs)
-            built.append(None if plugin.stateful else plugin)
-        _WORKER_FILTERS[key] = built
-    verdicts = [KEPT] * len(batch)
-    alive = list(range(len(batch)))
-    for index, slot in enumerate(_WORKER_FILTERS[key]):
-        if slot is None or not alive:
+def check_chain(registry: Registry, entries: Sequence[Any], where: str) -> list[tuple[str, str]]:
+    """Engine-level problems of a chain: bad ``keep`` rules, a ranked entry before an
+    unranked one, ranking a filter that cannot be ranked or is stateful."""
+    problems: list[tuple[str, str]] = []
+    seen_ranked = False
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            if seen_ranked:
+                problems.append((f"{where}.{i}", "unranked filter after a ranked one (`keep`)"))
             continue
-        scores = slot.score([batch[i] for i in alive])
-        survivors = []
-        for i, score in zip(alive, scores, strict=True):
-            if slot.accept(score):
-                survivors.append(i)
-            else:
-                verdicts[i] = index
-        alive = survivors
-    return verdicts
+        keep = entry.get("keep")
+        if keep is None:
+            if seen_ranked:
+                problems.append(
+                    (
+                        f"{where}.{i}",
+                        "filters with `keep` rank the pairs every other filter kept: "
+                        "list them last in the chain",
+                    )
+                )
+            continue
+        seen_ranked = True
+        try:
+            KeepSpec.model_validate(keep)
+        except ValidationError as exc:
+            for error in exc.errors():
+                loc = ".".join(str(p) for p in error["loc"])
+                problems.append((f"{where}.{i}.keep{'.' + loc if loc else ''}", error["msg"]))
+        try:
+            cls = registry.load("filters", str(entry.get("name")))
+        except PluginError:
+            continue  # reported by check_components
+        if cls.stateful or cls.higher_is_better is None:
+            problems.append((f"{where}.{i}.keep", f"filter {entry.get('name')!r} cannot be ranked"))
+    return problems
+
+
+# --- the worker side ------------------------------------------------------------------------
+
+
+@dataclass
+class ShardResult:
+    """What a worker sends back for one shard: the first stateless filter rejecting each pair
+    (or KEPT), stateful filters' prepared items for the rows they may see, ranked filters'
+    keys (NaN where not reached) and, in score mode, every filter's scores."""
+
+    verdicts: np.ndarray
+    prepared: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict)
+    keys: dict[int, np.ndarray] = field(default_factory=dict)
+    scores: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+class Chain:
+    """The built filters of a chain, once per process."""
+
+    def __init__(
+        self,
+        specs: Sequence[FilterSpec],
+        registry: Registry,
+        langs: tuple[str, ...],
+        resources: Mapping[str, Path] | None = None,
+    ) -> None:
+        self.specs = tuple(specs)
+        self.langs = langs
+        self.filters = [spec.build(registry, langs, resources) for spec in specs]
+        self.ranked = [i for i, spec in enumerate(specs) if spec.keep is not None]
+
+    def run_stateless(self, block: TextBlock) -> ShardResult:
+        n = len(block)
+        verdicts = np.full(n, KEPT, dtype=np.int16)
+        alive = np.arange(n)
+        result = ShardResult(verdicts)
+        for index, plugin in enumerate(self.filters):
+            if not len(alive):
+                break
+            if plugin.stateful:
+                sub = block if len(alive) == n else block.take(alive)
+                result.prepared[index] = (alive.copy(), plugin.prepare_block(sub))
+                continue
+            if index in self.ranked:
+                keys = np.full(n, np.nan)
+                keys[alive] = plugin.rank_key(_score(plugin, block, alive))
+                result.keys[index] = keys
+                continue
+            scores = _score(plugin, block, alive)
+            ok = np.asarray(plugin.accept_block(scores), dtype=bool)
+            if ok.shape != (len(alive),):
+                raise PluginError(
+                    f"filter {self.specs[index].name!r} accepted {ok.shape} values for "
+                    f"{len(alive)} pairs"
+                )
+            verdicts[alive[~ok]] = index
+            alive = alive[ok]
+        return result
+
+    def run_scores(self, block: TextBlock) -> ShardResult:
+        """Score mode: every filter scores every pair; nothing is dropped."""
+        result = ShardResult(np.full(len(block), KEPT, dtype=np.int16))
+        everything = np.arange(len(block))
+        for index, plugin in enumerate(self.filters):
+            if plugin.stateful:
+                raise PluginError(
+                    f"filter {self.specs[index].name!r} is stateful: it has no per-pair score"
+                )
+            result.scores[index] = _as_score_array(
+                _score(plugin, block, everything), self.specs[index].name
+            )
+        return result
+
+
+def _score(plugin: Filter, block: TextBlock, rows: np.ndarray) -> Any:
+    """Scores of ``rows``: array filters score the whole block and are indexed (cheaper than
+    building a sub-block), the others score a sub-block of just those rows."""
+    if plugin.vectorized:
+        scores = plugin.score_block(block)
+        if len(rows) == len(block):
+            return scores
+        return np.asarray(scores)[rows]
+    sub = block if len(rows) == len(block) else block.take(rows)
+    scores = plugin.score_block(sub)
+    if len(scores) != len(rows):
+        raise PluginError(
+            f"filter {plugin.name!r} returned {len(scores)} scores for {len(rows)} pairs"
+        )
+    return scores
+
+
+def _as_score_array(scores: Any, name: str) -> np.ndarray:
+    try:
+        values = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise PluginError(f"filter {name!r} has scores that are not numbers: {exc}") from None
+    return values if values.ndim > 1 else values.reshape(-1, 1)
+
+
+_WORKER_CHAINS: dict[tuple[Any, ...], Chain] = {}
+
+
+def _chain(
+    specs: tuple[FilterSpec, ...], langs: tuple[str, ...], resources: tuple[tuple[str, str], ...]
+) -> Chain:
+    key = (specs, langs, resources)
+    if key not in _WORKER_CHAINS:
+        paths = {role: Path(path) for role, path in resources}
+        _WORKER_CHAINS[key] = Chain(specs, load_registry(), langs, paths)
+    return _WORKER_CHAINS[key]
+
+
+ChainTask = tuple[tuple[FilterSpec, ...], tuple[str, ...], tuple[tuple[str, str], ...], RawBlock]
+
+
+def chain_task(task: ChainTask) -> ShardResult:
+    """Runs in a worker: decode and check one shard, apply the stateless part of the chain."""
+    specs, langs, resources, raw = task
+    return _chain(specs, langs, resources).run_stateless(raw.decode(langs))
+
+
+def score_task(task: ChainTask) -> ShardResult:
+    specs, langs, resources, raw = task
+    return _chain(specs, langs, resources).run_scores(raw.decode(langs))
+
+
+# --- the driver side ------------------------------------------------------------------------
+
+
+def chain_resources(inputs: Mapping[str, Any], main: str = "corpus") -> tuple[tuple[str, str], ...]:
+    """A step's inputs other than ``main``, as (role, artifact directory): the resources its
+    filters may name (a language model, held-out sets)."""
+    return tuple(sorted((role, str(a.path)) for role, a in inputs.items() if role != main))
+
+
+def map_chain(
+    ctx: Any,
+    fn: Callable[[ChainTask], ShardResult],
+    files: Sequence[Path],
+    langs: tuple[str, ...],
+    specs: tuple[FilterSpec, ...],
+    shard_size: int,
+) -> Iterator[tuple[RawBlock, ShardResult]]:
+    """``fn`` (:func:`chain_task` or :func:`score_task`) over the shards of the corpus
+    ``files`` on the step's executor, resume-safe, in corpus order."""
+    resources = chain_resources(ctx.inputs)
+    return map_shards(
+        ctx.executor,
+        fn,
+        BlockReader(files, shard_size),
+        lambda raw: (specs, langs, resources, raw),
+        ctx.scratch("shards"),
+    )
 
 
 class StatefulStage:
-    """Applies the chain's stateful filters in corpus order, given the stateless verdicts."""
+    """Applies the chain's stateful filters in corpus order to worker results."""
 
     def __init__(
-        self, specs: Sequence[FilterSpec], registry: Registry, langs: tuple[str, ...]
+        self,
+        specs: Sequence[FilterSpec],
+        registry: Registry,
+        langs: tuple[str, ...],
+        resources: Mapping[str, Path] | None = None,
     ) -> None:
         self.filters: dict[int, Filter] = {}
         for index, spec in enumerate(specs):
-            plugin = spec.build(registry, langs)
-            if plugin.stateful:
-                self.filters[index] = plugin
+            if registry.load("filters", spec.name).stateful:
+                self.filters[index] = spec.build(registry, langs, resources)
 
-    def resolve(self, batch: Sequence[Pair], verdicts: list[int]) -> list[int]:
+    def resolve(self, result: ShardResult) -> np.ndarray:
         """Final verdict per pair: the first filter in chain order that rejects it."""
-        final = list(verdicts)
+        final = result.verdicts.copy()
         for index, plugin in sorted(self.filters.items()):
-            reach = [i for i, v in enumerate(final) if v == KEPT or v > index]
-            if not reach:
+            if index not in result.prepared:
                 continue
-            scores = plugin.score([batch[i] for i in reach])
-            for i, score in zip(reach, scores, strict=True):
-                if not plugin.accept(score):
-                    final[i] = index
+            rows, items = result.prepared[index]
+            current = final[rows]
+            reach = (current == KEPT) | (current > index)
+            if not reach.any():
+                continue
+            chosen = np.flatnonzero(reach)
+            scores = plugin.score(_subset(items, chosen))
+            ok = np.fromiter((bool(plugin.accept(s)) for s in scores), bool, len(chosen))
+            final[rows[chosen[~ok]]] = index
         return final
+
+
+def _subset(items: Any, chosen: np.ndarray) -> Any:
+    if isinstance(items, np.ndarray):
+        return items[chosen]
+    return [items[i] for i in chosen]
+
+
+def ranked_cut(keys: np.ndarray, spec: KeepSpec, higher_is_better: bool) -> np.ndarray:
+    """Which of ``keys`` a ``keep`` rule keeps. Ties at a top-k/fraction boundary are broken
+    by corpus order (earlier pairs first), so the kept count is exact and deterministic.
+    NaN keys (a score that could not be computed) rank last."""
+    n = len(keys)
+    keep = np.zeros(n, dtype=bool)
+    if not n:
+        return keep
+    if spec.percentile is not None:
+        finite = keys[~np.isnan(keys)]
+        if not len(finite):
+            return keep
+        low, high = np.percentile(finite, list(spec.percentile))
+        return (keys >= low) & (keys <= high)
+    count = spec.top_k if spec.top_k is not None else round(n * (spec.top_fraction or 0))
+    count = min(count, n)
+    order_key = np.where(np.isnan(keys), np.inf, -keys if higher_is_better else keys)
+    order = np.argsort(order_key, kind="stable")
+    keep[order[:count]] = True
+    return keep

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+
+from mtcore.errors import PluginError
 
 
 class PluginConfig(BaseModel):
@@ -54,22 +57,77 @@ class Source(Plugin):
 class Filter(Plugin):
     """OpusFilter's split: ``score`` a batch, then ``accept`` each score.
 
-    ``score`` receives a list of pairs and returns a list of the same length, in the same order.
-    A ``stateful`` filter (deduplication) sees every pair of the corpus in order in one process;
-    a stateless one may run on shards in parallel.
+    ``score`` receives a list of pairs and returns a list of the same length, in the same order;
+    a score is a number or one number per side (or per side combination). A ``stateful``
+    filter (deduplication) sees every pair of the corpus in order in one process; a stateless
+    one may run on shards in parallel.
+
+    Speed: the engine hands a filter a :class:`mtcore.textblock.TextBlock` (a shard as UTF-8
+    buffers, code points and line offsets). ``score_block``/``accept_block`` default to the
+    per-pair methods; a filter overrides them with array code to run at corpus speed.
+
+    Ranking: ``higher_is_better`` says which way ``rank_key`` (one number per pair) points, so
+    that a chain entry can keep a top fraction, a top k or a percentile band instead of using
+    the filter's own threshold; ``None`` means the filter cannot be ranked.
+
+    Resources: a filter that needs an artifact another step made (a language model, a
+    dev/test set to exclude) names the clean step's input role in its settings; ``setup``
+    receives the role -> artifact directory mapping.
     """
 
     stateful: ClassVar[bool] = False
+    higher_is_better: ClassVar[bool | None] = None
+    vectorized: ClassVar[bool] = False
+    """True when ``score_block`` is array code that is cheaper on a whole shard than on a
+    subset: the engine then scores whole shards and indexes the pairs still alive."""
 
-    def setup(self, langs: tuple[str, ...]) -> None:
+    def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         """Called once per process before the first batch, with the corpus languages."""
         self.langs = langs
+        self.resources = dict(resources or {})
+
+    def resource(self, role: str) -> Path:
+        """The artifact directory connected to the step's input ``role``; a clear error when
+        the recipe did not connect it."""
+        if role not in self.resources:
+            have = ", ".join(sorted(self.resources)) or "none"
+            raise PluginError(
+                f"filter {self.name!r} needs the step input {role!r} (connect it under the "
+                f"step's inputs; connected: {have})"
+            )
+        return self.resources[role]
 
     def score(self, batch: Sequence[Pair]) -> Sequence[Any]:
         raise NotImplementedError
 
     def accept(self, score: Any) -> bool:
         raise NotImplementedError
+
+    def score_block(self, block: Any) -> Any:
+        """Scores of every pair of a :class:`mtcore.textblock.TextBlock`: an array of shape
+        (n,) or (n, k), or a list as ``score`` returns."""
+        return self.score(block.pairs())
+
+    def prepare_block(self, block: Any) -> Any:
+        """Stateful filters only: the per-pair items (hashes, say) that ``score`` will see in
+        the driver, computed in the workers. The default is the pairs themselves."""
+        return block.pairs()
+
+    def accept_block(self, scores: Any) -> Any:
+        """A boolean array: which of ``scores`` (as ``score_block`` returned them) pass."""
+        import numpy as np
+
+        return np.fromiter((bool(self.accept(s)) for s in scores), dtype=bool, count=len(scores))
+
+    def rank_key(self, scores: Any) -> Any:
+        """One float per pair for ranking, ``higher_is_better`` giving the direction. The
+        default takes the worst side of per-side scores."""
+        import numpy as np
+
+        values = np.asarray(scores, dtype=np.float64)
+        if values.ndim == 1:
+            return values
+        return values.min(axis=1) if self.higher_is_better else values.max(axis=1)
 
 
 class Processor(Plugin):

@@ -335,10 +335,16 @@ def _check_cycles(steps: dict[str, StepSpec], problems: list[str]) -> None:
 
 
 def check_components(
-    registry: Registry, kind: str, entries: list[Any], field: str
+    registry: Registry,
+    kind: str,
+    entries: list[Any],
+    field: str,
+    reserved: tuple[str, ...] = (),
 ) -> list[tuple[str, str]]:
     """Problems of a step setting that lists component plugins, each entry a name or
-    ``{name: ..., <settings>}``; locations are relative to the step (``filters.1.max_ratio``)."""
+    ``{name: ..., <settings>}``; locations are relative to the step (``filters.1.max_ratio``).
+    ``reserved`` keys of an entry belong to the step (a filter's ``keep``, a processor's
+    ``langs``) and are not the plugin's settings."""
     problems: list[tuple[str, str]] = []
     for i, entry in enumerate(entries):
         name = (
@@ -356,7 +362,10 @@ def check_components(
         except PluginError as exc:
             problems.append((f"{field}.{i}.name", str(exc)))
             continue
-        settings = {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k != "name"}
+        skip = ("name", *reserved)
+        settings = (
+            {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k not in skip}
+        )
         try:
             cls.Config.model_validate(settings)
         except ValidationError as exc:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtcore.filtering import KEPT, StatefulStage, make_specs, stateless_verdicts
+from mtcore.filtering import KEPT, Chain, StatefulStage, make_specs
+from mtcore.textblock import TextBlock
 
 
 def build(registry, name, **config):
@@ -80,8 +81,9 @@ def test_chain_attributes_drops_to_the_first_rejecting_filter(registry):
     expected = [0, 0, KEPT, 1, 2, 1]
     for shard_size in (1, 2, 6):
         stage = StatefulStage(specs, registry, ("en", "ja"))
-        final = []
+        chain = Chain(specs, registry, ("en", "ja"))
+        final: list[int] = []
         for start in range(0, len(pairs), shard_size):
-            batch = pairs[start : start + shard_size]
-            final += stage.resolve(batch, stateless_verdicts((specs, ("en", "ja"), batch)))
+            block = TextBlock.from_pairs(pairs[start : start + shard_size], ("en", "ja"))
+            final += stage.resolve(chain.run_stateless(block)).tolist()
         assert final == expected, shard_size

@@ -1,35 +1,54 @@
-"""Length ratio between the two sides (NT5 §3.2: source/target length ratio above 6 removed)."""
+"""Length ratio between the sides (NT5 §3.2: character ratio above 6 and word ratio above 4
+removed; Yishu §2.1.1: token ratio above 3; Xiaomi §2.2.1: length ratio above 4).
+
+The score is OpusFilter's ``LengthRatioFilter`` score: longest side over shortest, infinity
+when only the shortest is empty, 0 when every side is empty. OpusFilter keeps ``score <
+threshold``; the papers remove ratios *above* the limit, so ``inclusive`` (the default) keeps a
+ratio equal to ``max_ratio`` and ``inclusive: false`` reproduces OpusFilter."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from typing import Any
 
+import numpy as np
 from pydantic import Field
 
-from mtcore.plugin import Filter, Pair, PluginConfig
-from mtcore_plugins.filters.length import segment_length
+from mtcore.plugin import PluginConfig
+from mtcore.textblock import TextBlock
+from mtcore_plugins.filters._array import ArrayFilter
+from mtcore_plugins.filters.length import Unit, block_lengths
 
 
 class LengthRatioConfig(PluginConfig):
-    unit: Literal["char", "word"] = Field("char", description="what a length counts")
+    unit: Unit = Field("char", description="what a length counts: char, word or token")
     max_ratio: float = Field(6.0, gt=1, le=1000, description="largest longer/shorter ratio kept")
+    inclusive: bool = Field(True, description="keep a ratio equal to max_ratio")
 
 
-class LengthRatioFilter(Filter):
-    """Score: longer side over shorter side (an empty side gives infinity)."""
+class LengthRatioFilter(ArrayFilter):
+    """Score: longer side over shorter side."""
 
     name = "length_ratio"
     Config = LengthRatioConfig
+    higher_is_better = False
 
-    def score(self, batch: Sequence[Pair]) -> list[float]:
-        unit = self.config.unit
-        scores = []
-        for pair in batch:
-            lengths = [segment_length(side, unit) for side in pair]
-            low, high = min(lengths), max(lengths)
-            scores.append(float("inf") if low == 0 else high / low)
-        return scores
+    def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
+        super().setup(langs, resources)
+        self.vectorized = self.config.unit != "token" or not {"ja", "zh"} & set(langs)
 
-    def accept(self, score: float) -> bool:
-        return score <= self.config.max_ratio
+    def score_block(self, block: TextBlock) -> np.ndarray:
+        lengths = block_lengths(block, self.config.unit)
+        if not lengths.size:
+            return np.zeros(len(block))
+        low, high = lengths.min(axis=1), lengths.max(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = high / low
+        ratio[low == 0] = np.inf
+        ratio[high == 0] = 0.0
+        return ratio
+
+    def accept_block(self, scores: np.ndarray) -> np.ndarray:
+        scores = np.asarray(scores, dtype=np.float64)
+        if self.config.inclusive:
+            return scores <= self.config.max_ratio
+        return scores < self.config.max_ratio

@@ -1,0 +1,379 @@
+"""A shard of a corpus in columnar form, the unit the cleaning engine hands to filters.
+
+A :class:`TextBlock` holds one :class:`TextColumn` per language. A column keeps its lines as
+one UTF-8 buffer (``\\n`` after every line) and derives, on first use and once, what array code
+needs: the decoded text, its code points as ``uint32`` with line bounds, a whitespace mask, word
+bounds. Filters written against these arrays score a shard with a few NumPy passes instead of a
+Python loop per pair; filters that are not get ``block.pairs()`` (the engine's fallback).
+
+Blocks are read by :class:`BlockReader` straight from the corpus files: the driver only cuts
+bytes at newlines, workers decode and check them (strictly: a corpus inside a workdir was
+already checked by the step that wrote it, so anything odd here is an error naming file and
+line).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from mtcore.corpus import BOM, INNER_BREAKS
+from mtcore.errors import DataError
+from mtcore.plugin import Pair
+
+# Every code point Python's str.isspace() accepts (what str.split() splits on); the largest is
+# U+3000, so a table of U+0000..U+3001 answers for all code points once clipped to U+3001
+# (not a space: it stands for every code point above the table).
+_SPACE_LUT = np.array([chr(c).isspace() for c in range(0x3002)], dtype=np.bool_)
+
+
+def line_of_offsets(offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The line index of each position, given the start offsets of the lines."""
+    return np.searchsorted(offsets, positions, side="right") - 1
+
+
+def segment_sums(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per-line sums of ``values`` over ``[start, end)`` (empty lines give 0)."""
+    total = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=total[1:])
+    return total[ends] - total[starts]
+
+
+class TextColumn:
+    """The lines of one side of a block. ``raw`` is UTF-8 with ``\\n`` ending every line."""
+
+    def __init__(self, raw: bytes, count: int, text: str | None = None) -> None:
+        self.raw = raw
+        self.count = count
+        if text is not None:
+            self.__dict__["text"] = text
+
+    @classmethod
+    def from_lines(cls, lines: Sequence[str]) -> TextColumn:
+        text = "".join(line + "\n" for line in lines)
+        return cls(text.encode("utf-8"), len(lines), text)
+
+    @cached_property
+    def text(self) -> str:
+        return self.raw.decode("utf-8")
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")[:-1] if self.count else []
+
+    @cached_property
+    def codes(self) -> np.ndarray:
+        """Code points of ``text`` (the ``\\n`` separators included)."""
+        order = "<" if sys.byteorder == "little" else ">"
+        return np.frombuffer(self.text.encode("utf-32-le"), dtype=f"{order}u4")
+
+    @cached_property
+    def ends(self) -> np.ndarray:
+        """Index in ``codes`` of each line's ``\\n``."""
+        ends = np.flatnonzero(self.codes == 10)
+        if len(ends) != self.count:  # the reader guarantees this; a bug if not
+            raise DataError(f"block column has {len(ends)} line ends, expected {self.count}")
+        return ends
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        starts = np.empty(self.count, dtype=np.int64)
+        if self.count:
+            starts[0] = 0
+            starts[1:] = self.ends[:-1] + 1
+        return starts
+
+    @cached_property
+    def char_len(self) -> np.ndarray:
+        """Characters per line (``len(line)``)."""
+        return (self.ends - self.starts).astype(np.int64)
+
+    @cached_property
+    def is_space(self) -> np.ndarray:
+        """``str.isspace()`` of every code point (the separators are spaces)."""
+        return _SPACE_LUT[np.minimum(self.codes, len(_SPACE_LUT) - 1)]
+
+    @cached_property
+    def _word_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        return _word_stats(self.codes, self.starts, self.ends, _SPACE_LUT)
+
+    @cached_property
+    def word_count(self) -> np.ndarray:
+        """``len(line.split())`` per line."""
+        return self._word_stats[0]
+
+    @cached_property
+    def longest_word(self) -> np.ndarray:
+        """``max(len(w) for w in line.split())`` per line, 0 for a line without words."""
+        return self._word_stats[1]
+
+    def count_codes(self, table: np.ndarray) -> np.ndarray:
+        """Per-line count of the code points ``c`` with ``table[c]`` true (a boolean table as
+        :func:`code_table` makes; code points past its end count as false)."""
+        return _count_codes(self.codes, self.starts, self.ends, table)
+
+    def count_in(self, mask: np.ndarray) -> np.ndarray:
+        """Per-line count of code points where ``mask`` (aligned with ``codes``) is true."""
+        return segment_sums(mask, self.starts, self.ends)
+
+    def lines_with(self, pattern: object) -> np.ndarray:
+        """Sorted indices of the lines where the compiled regex ``pattern`` matches (patterns
+        must not match ``\\n``, so that a match never spans two lines)."""
+        hits = [m.start() for m in pattern.finditer(self.text)]  # type: ignore[attr-defined]
+        if not hits:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(line_of_offsets(self.starts, np.asarray(hits, dtype=np.int64)))
+
+    def take(self, rows: np.ndarray) -> TextColumn:
+        lines = self.lines
+        return TextColumn.from_lines([lines[i] for i in rows])
+
+
+class TextBlock:
+    """A shard: one column per language, ``len(block)`` pairs. ``first_line`` is the 1-based
+    line number of the first pair in the corpus files (for error messages)."""
+
+    def __init__(
+        self, columns: Sequence[TextColumn], langs: Sequence[str], first_line: int = 1
+    ) -> None:
+        if len(columns) != len(langs):
+            raise ValueError("one column per language")
+        counts = {c.count for c in columns}
+        if len(counts) > 1:
+            raise DataError(f"block columns differ in length: {sorted(counts)}")
+        self.columns = tuple(columns)
+        self.langs = tuple(langs)
+        self.first_line = first_line
+
+    @classmethod
+    def from_pairs(
+        cls, pairs: Sequence[Pair], langs: Sequence[str], first_line: int = 1
+    ) -> TextBlock:
+        sides = list(zip(*pairs, strict=True)) if pairs else [() for _ in langs]
+        return cls([TextColumn.from_lines(side) for side in sides], langs, first_line)
+
+    def __len__(self) -> int:
+        return self.columns[0].count if self.columns else 0
+
+    def pairs(self) -> list[Pair]:
+        return list(zip(*(c.lines for c in self.columns), strict=True))
+
+    def take(self, rows: np.ndarray) -> TextBlock:
+        """The pairs at ``rows`` (in that order) as a new block."""
+        return TextBlock([c.take(rows) for c in self.columns], self.langs, self.first_line)
+
+
+# --- compiled kernels: one pass over the code points of a column -----------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _word_stats(
+    codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, space: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
+    count = np.zeros(len(starts), dtype=np.int64)
+    longest = np.zeros(len(starts), dtype=np.int64)
+    last = len(space) - 1
+    for line in range(len(starts)):
+        words = 0
+        best = 0
+        run = 0
+        for x in range(starts[line], ends[line]):
+            if space[min(codes[x], last)]:
+                if run:
+                    words += 1
+                    best = max(best, run)
+                run = 0
+            else:
+                run += 1
+        if run:
+            words += 1
+            best = max(best, run)
+        count[line] = words
+        longest[line] = best
+    return count, longest
+
+
+def code_table(chars: str) -> np.ndarray:
+    """A boolean table over code points, true for the characters of ``chars``."""
+    points = [ord(c) for c in chars]
+    table = np.zeros(max(points, default=0) + 1, dtype=np.bool_)
+    table[points] = True
+    return table
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_codes(
+    codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, table: np.ndarray
+) -> np.ndarray:  # pragma: no cover (compiled)
+    out = np.zeros(len(starts), dtype=np.int64)
+    size = len(table)
+    for line in range(len(starts)):
+        n = 0
+        for x in range(starts[line], ends[line]):
+            c = codes[x]
+            if c < size and table[c]:
+                n += 1
+        out[line] = n
+    return out
+
+
+# --- reading blocks from corpus files -------------------------------------------------------
+
+
+class RawBlock:
+    """Bytes of ``count`` lines of each file, cut at newlines by the driver; ``ends`` holds the
+    offset of each line's ``\\n`` per side, for writing kept lines without decoding."""
+
+    __slots__ = ("count", "ends", "first_line", "paths", "raws")
+
+    def __init__(
+        self,
+        raws: tuple[bytes, ...],
+        ends: tuple[np.ndarray, ...],
+        first_line: int,
+        paths: tuple[str, ...],
+    ) -> None:
+        self.raws = raws
+        self.ends = ends
+        self.count = len(ends[0]) if ends else 0
+        self.first_line = first_line
+        self.paths = paths
+
+    def __getstate__(self) -> tuple[object, ...]:  # workers need no line ends: send less
+        return (self.raws, self.count, self.first_line, self.paths)
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        raws, count, first_line, paths = state
+        self.raws = raws  # type: ignore[assignment]
+        self.count = count  # type: ignore[assignment]
+        self.first_line = first_line  # type: ignore[assignment]
+        self.paths = paths  # type: ignore[assignment]
+        self.ends = ()
+
+    def decode(self, langs: Sequence[str]) -> TextBlock:
+        """Decode and check every side (invalid UTF-8, NUL, line-break characters, BOM are
+        errors naming file and line); runs in the worker."""
+        columns = []
+        for raw, path in zip(self.raws, self.paths, strict=True):
+            columns.append(TextColumn(raw, self.count, _checked_text(raw, path, self.first_line)))
+        return TextBlock(columns, langs, self.first_line)
+
+    def kept_bytes(self, side: int, keep: np.ndarray) -> bytes:
+        """The lines of ``side`` where ``keep`` is true, as bytes ready to append to a file."""
+        if keep.all():
+            return self.raws[side]
+        if not keep.any():
+            return b""
+        ends = self.ends[side]
+        lengths = np.diff(ends, prepend=-1)  # bytes per line, newline included
+        mask = np.repeat(keep, lengths)
+        return np.frombuffer(self.raws[side], dtype=np.uint8)[mask].tobytes()
+
+
+_NL = b"\n"
+
+
+def _checked_text(raw: bytes, path: str, first_line: int) -> str:
+    def where(byte_offset: int) -> str:
+        return f"{path}:{first_line + raw.count(_NL, 0, byte_offset)}"
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        column = exc.start - raw.rfind(_NL, 0, exc.start) - 1
+        raise DataError(
+            f"{where(exc.start)}: invalid UTF-8 at byte {column} of the line "
+            f"({raw[exc.start : exc.start + 4]!r}); a corpus inside the workdir must be UTF-8"
+        ) from None
+    for bad, what in (("\x00", "NUL byte"),):
+        at = text.find(bad)
+        if at >= 0:
+            raise DataError(f"{where(len(text[:at].encode()))}: {what} in a corpus line")
+    match = INNER_BREAKS.search(text)
+    if match:
+        raise DataError(
+            f"{where(len(text[: match.start()].encode()))}: line-break character "
+            f"{match.group()!r} inside a corpus line"
+        )
+    if first_line == 1 and text.startswith(BOM):
+        raise DataError(f"{path}:1: byte-order mark in a corpus inside the workdir")
+    return text
+
+
+class BlockReader:
+    """Cuts line-aligned files into :class:`RawBlock` s of ``lines`` pairs, reading large
+    chunks and finding newlines with NumPy. Unequal line counts are an error naming the
+    shorter file, as in :func:`mtcore.corpus.read_parallel`."""
+
+    CHUNK = 1 << 22
+
+    def __init__(self, paths: Sequence[Path], lines: int) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.lines = lines
+
+    def __iter__(self) -> Iterator[RawBlock]:
+        handles = [open(p, "rb") for p in self.paths]  # noqa: SIM115 (closed below)
+        try:
+            buffers = [_LineBuffer(h) for h in handles]
+            first = 1
+            while True:
+                parts = [b.take(self.lines) for b in buffers]
+                counts = [len(ends) for _, ends in parts]
+                if max(counts) == 0:
+                    return
+                if min(counts) != max(counts):
+                    short = self.paths[counts.index(min(counts))]
+                    long_ = self.paths[counts.index(max(counts))]
+                    have = first - 1 + min(counts)
+                    raise DataError(
+                        f"{short} has {have} lines but {long_} has more (line {have + 1} has no "
+                        "partner): the files of a parallel corpus must have equal line counts"
+                    )
+                yield RawBlock(
+                    tuple(raw for raw, _ in parts),
+                    tuple(ends for _, ends in parts),
+                    first,
+                    tuple(str(p) for p in self.paths),
+                )
+                first += counts[0]
+        finally:
+            for handle in handles:
+                handle.close()
+
+
+class _LineBuffer:
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+        self.buffer = b""
+        self.newlines: np.ndarray = np.zeros(0, dtype=np.int64)  # offsets of \n in buffer
+        self.eof = False
+
+    def _fill(self) -> None:
+        chunk = self.handle.read(BlockReader.CHUNK)  # type: ignore[attr-defined]
+        if not chunk:
+            self.eof = True
+            if self.buffer and not self.buffer.endswith(b"\n"):  # last line without newline
+                self.buffer += b"\n"
+                self.newlines = np.append(self.newlines, len(self.buffer) - 1)
+            return
+        found = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10) + len(self.buffer)
+        self.buffer += chunk
+        self.newlines = np.concatenate([self.newlines, found])
+
+    def take(self, lines: int) -> tuple[bytes, np.ndarray]:
+        while len(self.newlines) < lines and not self.eof:
+            self._fill()
+        count = min(lines, len(self.newlines))
+        if count == 0:
+            return b"", np.zeros(0, dtype=np.int64)
+        cut = int(self.newlines[count - 1]) + 1
+        raw = self.buffer[:cut]
+        ends = self.newlines[:count].copy()
+        self.buffer = self.buffer[cut:]
+        self.newlines = self.newlines[count:] - cut
+        return raw, ends

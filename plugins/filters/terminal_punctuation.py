@@ -1,0 +1,44 @@
+"""Co-occurrence of terminal punctuation (Vázquez et al. 2019; OpusFilter's
+``TerminalPunctuationFilter``): penalty ``|s - t| + max(s - 1, 0) + max(t - 1, 0)`` over the
+counts of ``. ? ! …`` on the two sides, score ``-log(penalty + 1)``, kept when at least the
+threshold (OpusFilter's default -2)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import Field
+
+from mtcore.errors import PluginError
+from mtcore.plugin import PluginConfig
+from mtcore.textblock import TextBlock, code_table
+from mtcore_plugins.filters._array import ArrayFilter
+
+MARKS = code_table(".?!…")
+
+
+class TerminalPunctuationConfig(PluginConfig):
+    threshold: float = Field(-2.0, le=0, description="lowest score kept")
+
+
+class TerminalPunctuationFilter(ArrayFilter):
+    name = "terminal_punctuation"
+    Config = TerminalPunctuationConfig
+    higher_is_better = True
+
+    def setup(self, langs: tuple[str, ...], resources: object = None) -> None:
+        if len(langs) != 2:
+            raise PluginError("terminal_punctuation needs a corpus of exactly two languages")
+        super().setup(langs, resources)
+
+    def score_block(self, block: TextBlock) -> np.ndarray:
+        s, t = (c.count_codes(MARKS) for c in block.columns)
+        penalty = np.abs(s - t) + np.maximum(s - 1, 0) + np.maximum(t - 1, 0)
+        # math.log, not np.log: the scores are OpusFilter's to the last bit.
+        values, inverse = np.unique(penalty, return_inverse=True)
+        table = np.array([-math.log(int(v) + 1) for v in values], dtype=np.float64)
+        return table[inverse.reshape(-1)] if len(values) else np.zeros(0)
+
+    def accept_block(self, scores: np.ndarray) -> np.ndarray:
+        return np.asarray(scores, dtype=np.float64) >= self.config.threshold

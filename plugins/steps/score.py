@@ -1,0 +1,103 @@
+"""Score mode: every filter of a chain scores every pair, nothing is dropped. The output is a
+tab-separated table aligned with the corpus, one column per filter (per side where the filter
+scores each side), for selectors to rank by."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from mtcore.corpus import Corpus
+from mtcore.errors import PluginError, StepError
+from mtcore.filtering import make_specs, map_chain, score_task
+from mtcore.plugin import PluginConfig
+from mtcore.recipe import check_components
+from mtcore.registry import Registry
+from mtcore.step import Step, StepContext, write_artifact_meta
+
+SCORES_FILE = "scores.tsv"
+
+
+class ScoreConfig(PluginConfig):
+    filters: list[dict[str, Any] | str] = Field(
+        min_length=1, description="filters whose scores to write: {name: <filter>, <settings>}"
+    )
+    shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
+
+
+class ScoreStep(Step):
+    """Outputs ``scores/scores.tsv``: a header naming the columns (``<filter>`` or
+    ``<filter>.<lang>``), then one row of numbers per pair of the input, in order."""
+
+    name = "score"
+    Config = ScoreConfig
+    config: ScoreConfig
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
+    outputs: ClassVar[tuple[str, ...]] = ("scores",)
+
+    def check(self, registry: Registry) -> list[tuple[str, str]]:
+        problems = check_components(registry, "filters", list(self.config.filters), "filters")
+        for i, entry in enumerate(self.config.filters):
+            name = entry if isinstance(entry, str) else entry.get("name")
+            try:
+                stateful = registry.load("filters", str(name)).stateful
+            except PluginError:  # reported by check_components
+                continue
+            if stateful:
+                problems.append((f"filters.{i}.name", f"{name!r} is stateful: no per-pair score"))
+        return problems
+
+    def plugins_used(self) -> list[tuple[str, str]]:
+        return [
+            ("filters", e if isinstance(e, str) else str(e["name"])) for e in self.config.filters
+        ]
+
+    def run(self, ctx: StepContext) -> None:
+        source = Corpus.open(ctx.inputs["corpus"].path)
+        langs = source.langs
+        specs = tuple(make_specs(self.config.filters))
+        out = ctx.output("scores")
+        columns: list[str] | None = None
+        lines = 0
+        with open(out / SCORES_FILE, "w", encoding="utf-8", newline="\n") as handle:
+            shards = map_chain(
+                ctx, score_task, source.files(), langs, specs, self.config.shard_size
+            )
+            for raw, result in shards:
+                table = np.hstack([result.scores[i] for i in range(len(specs))])
+                if columns is None:
+                    columns = _columns(specs, result.scores, langs)
+                    handle.write("\t".join(columns) + "\n")
+                if table.shape != (raw.count, len(columns)):
+                    raise StepError(f"score: a shard has scores of shape {table.shape}")
+                np.savetxt(handle, table, fmt="%.9g", delimiter="\t")
+                lines += raw.count
+        if columns is None:
+            columns = [spec.label for spec in specs]
+            (out / SCORES_FILE).write_text("\t".join(columns) + "\n", encoding="utf-8")
+        ctx.stats.add("pairs", lines)
+        write_artifact_meta(out, type="scores", columns=columns, lines=lines, langs=list(langs))
+
+
+def _columns(specs: Any, scores: dict[int, np.ndarray], langs: tuple[str, ...]) -> list[str]:
+    names = []
+    for i, spec in enumerate(specs):
+        width = scores[i].shape[1]
+        if width == 1:
+            names.append(spec.label)
+        elif width == len(langs):
+            names += [f"{spec.label}.{lang}" for lang in langs]
+        else:
+            names += [f"{spec.label}.{j}" for j in range(width)]
+    return names
+
+
+def read_scores(path: Path) -> tuple[list[str], np.ndarray]:
+    """The columns and the (pairs, columns) table of a score step's output directory."""
+    with open(path / SCORES_FILE, encoding="utf-8") as handle:
+        header = handle.readline().rstrip("\n").split("\t")
+        table = np.loadtxt(handle, delimiter="\t", ndmin=2, dtype=np.float64)
+    return header, table.reshape(-1, len(header))

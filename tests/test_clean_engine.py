@@ -1,0 +1,438 @@
+"""The cleaning engine: array filters against their per-line reference semantics (OpusFilter's),
+chain properties (no misalignment, shard- and worker-independence), ranking, score mode,
+held-out overlap, deduplication's key set and the block reader's errors."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import random
+import string
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+import regex
+
+from mtcore.errors import DataError
+from mtcore.filtering import (
+    KEPT,
+    Chain,
+    KeepSpec,
+    StatefulStage,
+    check_chain,
+    make_specs,
+    ranked_cut,
+)
+from mtcore.recipe import build_recipe
+from mtcore.runner import Runner
+from mtcore.textblock import BlockReader, TextBlock
+from mtcore_plugins.filters.dedup import KeySet
+from mtcore_plugins.sources.gettext import GettextSource
+
+from .conftest import ENJA, clean_split_recipe, real_slice
+
+LANGS = ("en", "ja")
+
+
+def real_pairs(n: int, split: str = "train") -> list[tuple[str, str]]:
+    if not ENJA.exists():
+        pytest.skip(f"real data not found at {ENJA}")
+    with (
+        open(ENJA / f"{split}.en", encoding="utf-8") as en,
+        open(ENJA / f"{split}.ja", encoding="utf-8") as ja,
+    ):
+        return [(a.rstrip("\n"), b.rstrip("\n")) for a, b, _ in zip(en, ja, range(n), strict=False)]
+
+
+def ui_pairs() -> list[tuple[str, str]]:
+    """Real En-Ja UI strings from this machine's gettext catalogs, one line each."""
+    source = GettextSource.from_dict({"src": "en", "tgt": "ja"})
+    from mtcore.corpus import InputPolicy
+    from mtcore.stats import Stats
+
+    pairs = [
+        (a.replace("\n", " "), b.replace("\n", " "))
+        for a, b in source.read(InputPolicy(empty="drop"), Stats())
+    ]
+    if len(pairs) < 1000:
+        pytest.skip("too few En-Ja gettext catalogs on this machine")
+    return pairs
+
+
+def build(registry, name, **config):
+    plugin = registry.load("filters", name).from_dict(config)
+    plugin.setup(LANGS)
+    return plugin
+
+
+def block_verdicts(plugin, pairs):
+    block = TextBlock.from_pairs(pairs, LANGS)
+    return np.asarray(plugin.accept_block(plugin.score_block(block)), dtype=bool)
+
+
+# --- array filters equal their per-line reference ---------------------------------------------
+
+
+def reference_repetitions(text: str, threshold=2, min_length=3, max_length=100) -> int:
+    """OpusFilter's RepetitionFilter.get_repetitions, verbatim."""
+    pattern = regex.compile(f"(\\S.{{{min_length - 1},{max_length}}}?)(?: *\\1){{{threshold},}}")
+    match = pattern.search(text)
+    return match.group(0).count(match.group(1)) - 1 if match else 0
+
+
+def with_repeats(pairs: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:
+    """Real lines, plus copies where a real word or phrase is repeated, with and without
+    spaces, at the limit (2 repeats) and just below it (1 repeat)."""
+    out = list(pairs)
+    for en, ja in pairs[:400]:
+        words = en.split()
+        unit = rng.choice(words)
+        times = rng.choice([2, 3, 4])
+        sep = rng.choice(["", " ", "  "])
+        out.append((en + " " + sep.join([unit] * times), ja))
+        out.append((en, ja[:3] * times + ja))
+        out.append((" ".join(words[:2] * times), ja))
+    return out
+
+
+@pytest.mark.parametrize("config", [{}, {"threshold": 1}, {"min_length": 1, "max_length": 5}])
+def test_repetition_equals_the_regex_on_real_and_repeated_lines(registry, config):
+    rng = random.Random(7)
+    pairs = with_repeats(real_pairs(3000) + ui_pairs()[:3000], rng)
+    plugin = build(registry, "repetition", **config)
+    scores = plugin.score_block(TextBlock.from_pairs(pairs, LANGS))
+    expected = [max(reference_repetitions(s, **config) for s in pair) for pair in pairs]
+    assert scores.tolist() == expected
+    assert sum(1 for e in expected if e) > 100  # the table exercises real repeats
+
+
+class _Reference(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.tags = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.tags += 1
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags += 1
+
+
+def reference_has_tag(text: str) -> bool:
+    parser = _Reference()
+    try:
+        parser.feed(text)
+        parser.close()
+    except AssertionError:
+        return False
+    return parser.tags > 0
+
+
+def test_html_tag_equals_a_full_parse_on_real_markup(registry):
+    pairs = [p for p in ui_pairs() if "<" in p[0] or "<" in p[1]]
+    pairs += [
+        ("a < b and c > d", "a < b"),  # comparison signs, not a tag
+        ("<!-- <b>hidden</b> -->", "x"),  # inside a comment: no element
+        ("<!-- unclosed <b>", "x"),  # an unclosed comment swallows the rest
+        ("x <b", "y"),  # incomplete start tag at the end
+        ("1<2 and <i>yes</i>", "y"),  # a later complete tag counts
+        ("<br/>", "改行"),  # self-closing
+        ('<a href="x" b>', "x"),  # attributes without values
+        ("<a href='x'", "x"),  # unterminated attribute
+    ]
+    plugin = build(registry, "html_tag")
+    scores = plugin.score_block(TextBlock.from_pairs(pairs, LANGS))
+    expected = [[int(reference_has_tag(side)) for side in pair] for pair in pairs]
+    assert scores.tolist() == expected
+    assert sum(any(e) for e in expected) > 50
+
+
+def test_numerals_and_punctuation_equal_opusfilter_formulas(registry):
+    pairs = real_pairs(2000) + ui_pairs()[:5000]
+    pairs += [("Call 555-1234 now.", "555-1243に電話"), ("Room 101", "部屋"), ("0 0 0", "0")]
+    numerals = build(registry, "nonzero_numerals")
+    got = numerals.score_block(TextBlock.from_pairs(pairs, LANGS))
+
+    def ratio(a: str, b: str) -> float:
+        digits = [[int(c) for c in s if c in string.digits and c != "0"] for s in (a, b)]
+        return difflib.SequenceMatcher(None, *digits).ratio()
+
+    assert got.tolist() == [ratio(a, b) for a, b in pairs]
+    punct = build(registry, "terminal_punctuation")
+    got = punct.score_block(TextBlock.from_pairs(pairs, LANGS))
+
+    def penalty(a: str, b: str) -> float:
+        s, t = (sum(c in ".?!…" for c in x) for x in (a, b))
+        score = abs(s - t) + max(s - 1, 0) + max(t - 1, 0)
+        return -math.log(score + 1)
+
+    assert got.tolist() == [penalty(a, b) for a, b in pairs]
+
+
+def test_lengths_and_words_equal_python_on_real_and_odd_text(registry):
+    pairs = real_pairs(1000) + ui_pairs()[:3000]
+    pairs += [
+        ("", ""),  # both empty: ratio 0 as in OpusFilter
+        ("", "空"),  # one side empty: infinite ratio
+        ("\u3000全角\u3000スペース\u3000", "a\tb\u00a0c"),  # Unicode spaces split words
+        ("emoji 😀😀 are one char each", "絵文字😀"),  # astral code points
+        ("x" * 41, "y"),  # a 41-character word
+    ]
+    block = TextBlock.from_pairs(pairs, LANGS)
+    for column, side in zip(block.columns, range(2), strict=True):
+        assert column.char_len.tolist() == [len(p[side]) for p in pairs]
+        assert column.word_count.tolist() == [len(p[side].split()) for p in pairs]
+        assert column.longest_word.tolist() == [
+            max((len(w) for w in p[side].split()), default=0) for p in pairs
+        ]
+    ratio = build(registry, "length_ratio", max_ratio=6)
+    got = ratio.score_block(block)
+    for value, (a, b) in zip(got.tolist(), pairs, strict=True):
+        low, high = sorted((len(a), len(b)))
+        assert value == (0 if high == 0 else math.inf if low == 0 else high / low)
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "pair", "kept"),
+    [
+        # Real line, kept by every rule of the OpusFilter benchmark chain.
+        ("long_word", {}, ("i can 't tell who will arrive first .", "誰 が 一番"), True),
+        ("long_word", {}, ("a" * 40, "b"), True),  # NT5: more than 40 characters removed
+        ("long_word", {}, ("a" * 41, "b"), False),
+        ("long_word", {"max_chars": 39}, ("a" * 40, "b"), False),  # OpusFilter threshold 40
+        ("length_ratio", {"max_ratio": 6}, ("abcdef", "a"), True),  # NT5 keeps ratio 6
+        ("length_ratio", {"max_ratio": 6, "inclusive": False}, ("abcdef", "a"), False),
+        ("terminal_punctuation", {}, ("Hi!!! Really??", "本当"), False),  # penalty 10
+        ("terminal_punctuation", {}, ("Hi.", "やあ。"), True),  # 。 is not counted: penalty 1
+        ("nonzero_numerals", {}, ("in 1999", "1999年に"), True),
+        ("nonzero_numerals", {}, ("in 1999", "2024年に"), False),  # ratio 0.25
+        ("repetition", {}, ("ha ha ha", "ははは"), True),  # "ha" is shorter than 3
+        ("repetition", {}, ("haha haha haha", "x"), False),  # "haha" + 2 repeats
+        ("html_tag", {}, ("<b>Bold</b>", "太字"), False),
+        ("html_tag", {}, ("if a<b then", "x"), True),
+    ],
+)
+def test_case_table(registry, name, config, pair, kept):
+    plugin = build(registry, name, **config)
+    assert bool(block_verdicts(plugin, [pair])[0]) is kept
+    assert plugin.accept(plugin.score([pair])[0]) is kept  # per-pair path agrees
+
+
+# --- the chain ----------------------------------------------------------------------------------
+
+
+CHAIN = [
+    {"name": "length", "max_length": 60},
+    {"name": "dedup", "key": "source"},
+    {"name": "length_ratio", "max_ratio": 2.5},
+    {"name": "repetition"},
+    {"name": "terminal_punctuation"},
+]
+
+
+def test_chain_never_misaligns_and_ignores_sharding(registry):
+    rng = random.Random(3)
+    pairs = real_pairs(2000) + ui_pairs()[:2000]
+    pairs += pairs[:300]  # duplicates for dedup
+    rng.shuffle(pairs)
+    specs = tuple(make_specs(CHAIN))
+    results = []
+    for shard in (1, 37, 5000):
+        stage = StatefulStage(specs, registry, LANGS)
+        chain = Chain(specs, registry, LANGS)
+        final: list[int] = []
+        for start in range(0, len(pairs), shard):
+            block = TextBlock.from_pairs(pairs[start : start + shard], LANGS)
+            final += stage.resolve(chain.run_stateless(block)).tolist()
+        results.append(final)
+    assert results[0] == results[1] == results[2]
+    final = results[0]
+    # Reference: OpusFilter's sequential semantics, one pair at a time.
+    filters = [
+        build(registry, e["name"], **{k: v for k, v in e.items() if k != "name"}) for e in CHAIN
+    ]
+    expected = []
+    for pair in pairs:
+        verdict = KEPT
+        for index, plugin in enumerate(filters):
+            if not plugin.accept(plugin.score([pair])[0]):
+                verdict = index
+                break
+        expected.append(verdict)
+    assert final == expected
+    assert len(set(final)) == len(CHAIN) + 1  # every filter dropped something
+
+
+def run_doc(doc, registry, workdir):
+    recipe = build_recipe(doc, registry)
+    return Runner(recipe, registry, workdir, show_progress=False).run()
+
+
+def corpus_lines(path: Path, lang: str) -> list[str]:
+    return (path / f"corpus.{lang}").read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_clean_step_output_is_the_kept_input_pairs_for_1_and_2_workers(
+    tmp_path, registry, enja_files
+):
+    outputs = []
+    for workers in (1, 2):
+        doc = clean_split_recipe("engine", enja_files, CHAIN, held_out=10)
+        doc["executor"] = {"workers": workers}
+        doc["steps"]["clean"]["shard_size"] = 33
+        result = run_doc(doc, registry, tmp_path / f"w{workers}")
+        step = next(r for r in result.results if r.planned.id == "clean")
+        out = step.path / "corpus"
+        outputs.append((corpus_lines(out, "en"), corpus_lines(out, "ja"), step.manifest))
+    assert outputs[0][:2] == outputs[1][:2]
+    en, ja, manifest = outputs[0]
+    source = list(
+        zip(
+            enja_files["en"].read_text(encoding="utf-8").split("\n")[:-1],
+            enja_files["ja"].read_text(encoding="utf-8").split("\n")[:-1],
+            strict=True,
+        )
+    )
+    kept = list(zip(en, ja, strict=True))
+    it = iter(source)
+    assert all(pair in it for pair in kept)  # an ordered sub-sequence of whole input pairs
+    counts = manifest["counts"]
+    dropped = sum(v for k, v in counts.items() if k.startswith("dropped."))
+    assert counts["pairs_in"] == len(source) == counts["pairs_out"] + dropped
+    assert counts["pairs_out"] == len(kept)
+
+
+def test_ranked_entry_keeps_an_exact_top_fraction(tmp_path, registry, enja_files):
+    chain = [
+        {"name": "length", "max_length": 200},
+        {"name": "length_ratio", "keep": {"top_fraction": 0.5}},
+    ]
+    doc = clean_split_recipe("ranked", enja_files, chain, held_out=5)
+    doc["steps"]["clean"]["shard_size"] = 64
+    result = run_doc(doc, registry, tmp_path / "w")
+    step = next(r for r in result.results if r.planned.id == "clean")
+    en = corpus_lines(step.path / "corpus", "en")
+    ja = corpus_lines(step.path / "corpus", "ja")
+    assert len(en) == round(400 * 0.5)
+    # The kept half has the lowest length ratios (lower is better for this filter).
+    ratio = build(registry, "length_ratio")
+    kept_scores = ratio.score_block(TextBlock.from_pairs(list(zip(en, ja, strict=True)), LANGS))
+    source = list(
+        zip(*(p.read_text("utf-8").split("\n")[:-1] for p in enja_files.values()), strict=True)
+    )
+    all_scores = np.sort(ratio.score_block(TextBlock.from_pairs(source, LANGS)))
+    assert kept_scores.max() <= all_scores[199] + 1e-12
+
+
+def test_ranking_rules_and_chain_checks(registry):
+    keys = np.array([0.3, 0.9, 0.9, np.nan, 0.1])
+    top2 = ranked_cut(keys, KeepSpec(top_k=2), higher_is_better=True)
+    assert top2.tolist() == [False, True, True, False, False]
+    tie = ranked_cut(np.array([0.5, 0.5, 0.5]), KeepSpec(top_k=2), higher_is_better=True)
+    assert tie.tolist() == [True, True, False]  # ties broken by corpus order
+    band = ranked_cut(np.arange(11.0), KeepSpec(percentile=(10, 90)), higher_is_better=True)
+    assert band.tolist() == [False] + [True] * 9 + [False]
+    problems = check_chain(
+        registry,
+        [{"name": "length_ratio", "keep": {"top_k": 3}}, {"name": "length"}],
+        "filters",
+    )
+    assert any("list them last" in message for _, message in problems)
+    problems = check_chain(registry, [{"name": "dedup", "keep": {"top_k": 3}}], "filters")
+    assert any("cannot be ranked" in message for _, message in problems)
+    problems = check_chain(
+        registry, [{"name": "length_ratio", "keep": {"top_k": 3, "top_fraction": 0.5}}], "f"
+    )
+    assert problems and problems[0][0].startswith("f.0.keep")
+
+
+def test_score_step_writes_an_aligned_table(tmp_path, registry, enja_files):
+    doc = clean_split_recipe("scores", enja_files, [], held_out=5)
+    doc["steps"] = {
+        "score": {
+            "kind": "score",
+            "inputs": {"corpus": "bitext"},
+            "filters": [{"name": "length"}, {"name": "length_ratio"}],
+            "shard_size": 70,
+        }
+    }
+    result = run_doc(doc, registry, tmp_path / "w")
+    from mtcore_plugins.steps.score import read_scores
+
+    step = result.results[-1]
+    columns, table = read_scores(step.path / "scores")
+    assert columns == ["length.en", "length.ja", "length_ratio"]
+    assert table.shape == (400, 3)
+    en = enja_files["en"].read_text("utf-8").split("\n")[:-1]
+    assert table[:, 0].tolist() == [len(line) for line in en]
+
+
+def test_overlap_removes_pairs_seen_in_held_out_sets(tmp_path, registry):
+    files = real_slice(tmp_path / "train", "train", 300)
+    # The held-out set shares 20 sources and 10 targets with training.
+    dev_dir = tmp_path / "dev"
+    dev_dir.mkdir()
+    en = files["en"].read_text("utf-8").split("\n")[:-1]
+    ja = files["ja"].read_text("utf-8").split("\n")[:-1]
+    dev = [(en[i], f"別の訳{i}") for i in range(20)] + [
+        (f"other {i}", ja[100 + i]) for i in range(10)
+    ]
+    (dev_dir / "dev.en").write_text("".join(a + "\n" for a, _ in dev), "utf-8")
+    (dev_dir / "dev.ja").write_text("".join(b + "\n" for _, b in dev), "utf-8")
+    doc = clean_split_recipe("overlap", files, [{"name": "overlap", "sets": ["dev"]}], held_out=5)
+    doc["data"]["dev"] = {
+        "source": "local",
+        "files": {"en": str(dev_dir / "dev.en"), "ja": str(dev_dir / "dev.ja")},
+    }
+    doc["steps"]["clean"]["inputs"]["dev"] = "dev"
+    result = run_doc(doc, registry, tmp_path / "w")
+    step = next(r for r in result.results if r.planned.id == "clean")
+    assert step.manifest["counts"]["dropped.overlap"] == len(
+        {i for i in range(20)} | {100 + i for i in range(10)}
+    )
+    # Not connecting the set is a clear error naming the role.
+    del doc["steps"]["clean"]["inputs"]["dev"]
+    with pytest.raises(Exception, match="needs the step input 'dev'"):
+        run_doc(doc, registry, tmp_path / "w2")
+
+
+def test_key_set_matches_a_python_set():
+    rng = np.random.default_rng(5)
+    hi = rng.integers(0, 50, size=20_000).astype(np.uint64)  # shared high words on purpose
+    lo = rng.integers(0, 400, size=20_000).astype(np.uint64)
+    keys = np.stack([hi, lo], axis=1)
+    ours, seen = KeySet(), set()
+    got, want = [], []
+    for start in range(0, len(keys), 1777):
+        batch = keys[start : start + 1777]
+        got += ours.check_and_add(batch).tolist()
+        for h, low in batch.tolist():
+            want.append((h, low) in seen)
+            seen.add((h, low))
+    assert got == want
+    assert len(ours) == len(seen)
+    assert len(ours.runs) <= 2 * math.ceil(math.log2(len(seen))) + 1
+
+
+def test_block_reader_errors_name_file_and_line(tmp_path):
+    a, b = tmp_path / "c.en", tmp_path / "c.ja"
+    a.write_bytes(b"one\ntwo\nthree\n")
+    b.write_bytes(b"uno\ndos\n")
+    with pytest.raises(DataError, match=r"c.ja has 2 lines but .*c.en has more"):
+        list(BlockReader([a, b], 2))
+    b.write_bytes(b"uno\nd\xffs\ntres")  # invalid UTF-8 on line 2; no final newline
+    raws = list(BlockReader([a, b], 10))
+    assert raws[0].count == 3
+    with pytest.raises(DataError, match=r"c.ja:2: invalid UTF-8"):
+        raws[0].decode(LANGS)
+    b.write_bytes("uno\ndos\ntr\u2028es\n".encode())
+    with pytest.raises(DataError, match=r"c.ja:3: line-break character"):
+        list(BlockReader([a, b], 2))[1].decode(LANGS)
+    # Blocks cut at newlines reassemble the files exactly, whatever the block size.
+    b.write_bytes(b"uno\ndos\ntres\n")
+    for size in (1, 2, 3, 100):
+        blocks = list(BlockReader([a, b], size))
+        assert b"".join(r.raws[0] for r in blocks) == a.read_bytes()
+        assert [len(r.decode(LANGS)) for r in blocks] == [r.count for r in blocks]
