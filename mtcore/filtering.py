@@ -45,6 +45,11 @@ class KeepSpec(PluginConfig):
     percentile: tuple[float, float] | None = Field(
         None, description="keep pairs whose score lies in this [low, high] percentile band"
     )
+    threshold_too: bool = Field(
+        False,
+        description="first drop the pairs the filter's own threshold rejects, then rank the "
+        "rest (NT5 §3.2: remove similarity above 0.96, rank the others)",
+    )
 
     @model_validator(mode="after")
     def _one(self) -> KeepSpec:
@@ -185,7 +190,7 @@ class Chain:
         self.specs = tuple(specs)
         self.langs = langs
         self.filters = [spec.build(registry, langs, resources) for spec in specs]
-        self.ranked = [i for i, spec in enumerate(specs) if spec.keep is not None]
+        self.ranked = {i: spec.keep_spec for i, spec in enumerate(specs) if spec.keep is not None}
 
     def run_stateless(self, block: TextBlock) -> ShardResult:
         n = len(block)
@@ -199,12 +204,11 @@ class Chain:
                 sub = block if len(alive) == n else block.take(alive)
                 result.prepared[index] = (alive.copy(), plugin.prepare_block(sub))
                 continue
-            if index in self.ranked:
-                keys = np.full(n, np.nan)
-                keys[alive] = plugin.rank_key(_score(plugin, block, alive))
-                result.keys[index] = keys
-                continue
             scores = _score(plugin, block, alive)
+            keep = self.ranked.get(index)
+            if keep is not None and not keep.threshold_too:
+                result.keys[index] = _keys(plugin, scores, alive, n)
+                continue
             ok = np.asarray(plugin.accept_block(scores), dtype=bool)
             if ok.shape != (len(alive),):
                 raise PluginError(
@@ -212,6 +216,8 @@ class Chain:
                     f"{len(alive)} pairs"
                 )
             verdicts[alive[~ok]] = index
+            if keep is not None:
+                result.keys[index] = _keys(plugin, _take(scores, ok), alive[ok], n)
             alive = alive[ok]
         return result
 
@@ -245,6 +251,18 @@ def _score(plugin: Filter, block: TextBlock, rows: np.ndarray) -> Any:
             f"filter {plugin.name!r} returned {len(scores)} scores for {len(rows)} pairs"
         )
     return scores
+
+
+def _keys(plugin: Filter, scores: Any, rows: np.ndarray, n: int) -> np.ndarray:
+    keys = np.full(n, np.nan)
+    keys[rows] = plugin.rank_key(scores)
+    return keys
+
+
+def _take(scores: Any, ok: np.ndarray) -> Any:
+    if isinstance(scores, np.ndarray):
+        return scores[ok]
+    return [s for s, good in zip(scores, ok, strict=True) if good]
 
 
 def _as_score_array(scores: Any, name: str) -> np.ndarray:

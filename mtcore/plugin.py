@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+from pydantic.config import JsonDict
 
 from mtcore.errors import PluginError
 
@@ -170,7 +171,7 @@ class Executor(Plugin):
         """Release workers."""
 
 
-NOT_IDENTITY = {"identity": False}
+NOT_IDENTITY: JsonDict = {"identity": False}
 """``Field(..., json_schema_extra=NOT_IDENTITY)`` marks a setting that cannot change a step's
 output (a cache directory, a timeout, a thread count): it is left out of the step's hash."""
 

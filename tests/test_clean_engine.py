@@ -326,6 +326,22 @@ def test_ranked_entry_keeps_an_exact_top_fraction(tmp_path, registry, enja_files
     assert kept_scores.max() <= all_scores[199] + 1e-12
 
 
+def test_ranked_entry_can_apply_its_threshold_first(tmp_path, registry, enja_files):
+    chain = [
+        {"name": "length_ratio", "max_ratio": 1.5, "keep": {"top_k": 10, "threshold_too": True}}
+    ]
+    doc = clean_split_recipe("ranked", enja_files, chain, held_out=2)
+    doc["steps"]["clean"]["shard_size"] = 50
+    result = run_doc(doc, registry, tmp_path / "w")
+    counts = next(r for r in result.results if r.planned.id == "clean").manifest["counts"]
+    ratio = build(registry, "length_ratio", max_ratio=1.5)
+    sides = [p.read_text("utf-8").split("\n")[:-1] for p in enja_files.values()]
+    over = int((~block_verdicts(ratio, list(zip(*sides, strict=True)))).sum())
+    assert 10 < over < 390  # the threshold alone drops some, not all
+    assert counts["pairs_out"] == 10
+    assert counts["dropped.length_ratio"] == 400 - 10
+
+
 def test_ranking_rules_and_chain_checks(registry):
     keys = np.array([0.3, 0.9, 0.9, np.nan, 0.1])
     top2 = ranked_cut(keys, KeepSpec(top_k=2), higher_is_better=True)

