@@ -357,7 +357,7 @@ class StatefulStage:
                 continue
             chosen = np.flatnonzero(reach)
             scores = plugin.score(_subset(items, chosen))
-            ok = np.fromiter((bool(plugin.accept(s)) for s in scores), bool, len(chosen))
+            ok = np.asarray(plugin.accept_block(scores), dtype=bool)
             final[rows[chosen[~ok]]] = index
         return final
 

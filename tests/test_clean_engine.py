@@ -210,6 +210,9 @@ def test_lengths_and_words_equal_python_on_real_and_odd_text(registry):
         ("nonzero_numerals", {}, ("in 1999", "2024年に"), False),  # ratio 0.25
         ("repetition", {}, ("ha ha ha", "ははは"), True),  # "ha" is shorter than 3
         ("repetition", {}, ("haha haha haha", "x"), False),  # "haha" + 2 repeats
+        # Japanese has no spaces: as words it is one, as MeCab tokens five (NT5 §3.2).
+        ("length", {"unit": "word", "max_length": 3}, ("a b", "今日は良い天気です"), True),
+        ("length", {"unit": "token", "max_length": 3}, ("a b", "今日は良い天気です"), False),
         ("html_tag", {}, ("<b>Bold</b>", "太字"), False),
         ("html_tag", {}, ("if a<b then", "x"), True),
     ],

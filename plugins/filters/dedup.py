@@ -40,8 +40,9 @@ def pair_keys(pairs: Sequence[Pair], key: str, normalize: bool) -> np.ndarray:
 
 
 class KeySet:
-    """A set of 128-bit keys: sorted runs of (hi, lo) uint64 columns, merged when a run is
-    not much smaller than the one before it, so there are O(log n) runs."""
+    """A set of 128-bit keys: runs sorted by their high word (the low word is checked within
+    equal high words, which are rare), merged when a run is not much smaller than the one
+    before it, so there are O(log n) runs and a merge never needs an index array."""
 
     def __init__(self) -> None:
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []
@@ -72,17 +73,15 @@ class KeySet:
             self.runs.append((hi[new].copy(), lo[new].copy()))
             while len(self.runs) > 1 and len(self.runs[-2][0]) < 2 * len(self.runs[-1][0]):
                 (a_hi, a_lo), (b_hi, b_lo) = self.runs[-2], self.runs.pop()
-                m_hi, m_lo = np.concatenate([a_hi, b_hi]), np.concatenate([a_lo, b_lo])
-                merged = np.lexsort((m_lo, m_hi))
-                self.runs[-1] = (m_hi[merged], m_lo[merged])
+                at = np.searchsorted(a_hi, b_hi)
+                self.runs[-1] = (np.insert(a_hi, at, b_hi), np.insert(a_lo, at, b_lo))
         return seen
 
 
 def _member(run_hi: np.ndarray, run_lo: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     at = np.searchsorted(run_hi, hi, side="left")
-    inside = at < len(run_hi)
     clipped = np.minimum(at, len(run_hi) - 1)
-    same_hi = inside & (run_hi[clipped] == hi)
+    same_hi = (at < len(run_hi)) & (run_hi[clipped] == hi)
     found = same_hi & (run_lo[clipped] == lo)
     # Keys sharing the high word but not the first low word: scan that (tiny) range.
     for i in np.flatnonzero(same_hi & ~found):
@@ -116,7 +115,18 @@ class DedupFilter(Filter):
         self.seen = KeySet()
 
     def prepare_block(self, block: Any) -> np.ndarray:
-        return pair_keys(block.pairs(), self.config.key, self.config.normalize)
+        if self.config.normalize:
+            return pair_keys(block.pairs(), self.config.key, True)
+        # The same digests as pair_keys, straight from the UTF-8 bytes of the lines.
+        columns = block.columns
+        if self.config.key == "source":
+            columns = columns[:1]
+        elif self.config.key == "target":
+            columns = columns[-1:]
+        sides = [c.raw.split(b"\n")[:-1] for c in columns]
+        joined = sides[0] if len(sides) == 1 else [b"\t".join(p) for p in zip(*sides, strict=True)]
+        digest = b"".join(hashlib.blake2b(x, digest_size=16).digest() for x in joined)
+        return np.frombuffer(digest, dtype="<u8").reshape(-1, 2).astype(np.uint64)
 
     def score(self, batch: Sequence[Pair] | np.ndarray) -> list[int]:
         keys = (
@@ -124,7 +134,10 @@ class DedupFilter(Filter):
             if isinstance(batch, np.ndarray)
             else pair_keys(batch, self.config.key, self.config.normalize)
         )
-        return self.seen.check_and_add(keys).astype(int).tolist()
+        return self.seen.check_and_add(keys).astype(np.int8).tolist()
 
     def accept(self, score: int) -> bool:
         return score == 0
+
+    def accept_block(self, scores: Any) -> np.ndarray:
+        return np.asarray(scores) == 0

@@ -12,6 +12,7 @@ from pydantic import Field
 from mtcore.plugin import PluginConfig
 from mtcore.textblock import TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
+from mtcore_plugins.filters._tokens import count_tokens, segmenter_lang
 
 Unit = Literal["char", "word", "token"]
 
@@ -21,11 +22,14 @@ def column_lengths(column: TextColumn, lang: str, unit: str) -> np.ndarray:
     segmenter for Japanese (MeCab/UniDic, as NT5 §3.2) and Chinese (jieba), else ``word``."""
     if unit == "char":
         return column.char_len
-    if unit == "token" and lang in ("ja", "zh"):
-        from mtcore_plugins.filters._tokens import count_tokens
-
+    if unit == "token" and segmenter_lang(lang) in ("ja", "zh"):
         return np.asarray(count_tokens(column.lines, lang), dtype=np.int64)
     return column.word_count
+
+
+def needs_segmenter(unit: str, langs: tuple[str, ...]) -> bool:
+    """Token counts of Japanese or Chinese run a segmenter per line (Python, not arrays)."""
+    return unit == "token" and any(segmenter_lang(lang) in ("ja", "zh") for lang in langs)
 
 
 def block_lengths(block: TextBlock, unit: str) -> np.ndarray:
@@ -54,7 +58,7 @@ class LengthFilter(ArrayFilter):
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
         super().setup(langs, resources)
         # Segmenting is Python per line: score only the pairs still alive.
-        self.vectorized = self.config.unit != "token" or not {"ja", "zh"} & set(langs)
+        self.vectorized = not needs_segmenter(self.config.unit, langs)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
         return block_lengths(block, self.config.unit)

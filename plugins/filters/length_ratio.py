@@ -16,7 +16,7 @@ from pydantic import Field
 from mtcore.plugin import PluginConfig
 from mtcore.textblock import TextBlock
 from mtcore_plugins.filters._array import ArrayFilter
-from mtcore_plugins.filters.length import Unit, block_lengths
+from mtcore_plugins.filters.length import Unit, block_lengths, needs_segmenter
 
 
 class LengthRatioConfig(PluginConfig):
@@ -34,7 +34,7 @@ class LengthRatioFilter(ArrayFilter):
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
         super().setup(langs, resources)
-        self.vectorized = self.config.unit != "token" or not {"ja", "zh"} & set(langs)
+        self.vectorized = not needs_segmenter(self.config.unit, langs)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
         lengths = block_lengths(block, self.config.unit)
