@@ -1,0 +1,258 @@
+"""Rewrites the text of a corpus with a chain of processor plugins, sharded over the executor.
+
+Each side goes through the processors that apply to its language, in order, one shard at a
+time; the output has exactly one line per input line. The manifest counts, per processor and
+per language, the lines it changed (``changed.<label>.<lang>``) and the lines that ended up
+empty (``emptied.<lang>``). The sharding (:func:`rewrite_corpus`) is shared with the
+``truecase`` step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from mtcore.corpus import INNER_BREAKS, Corpus, CorpusWriter
+from mtcore.errors import StepError
+from mtcore.plugin import PluginConfig, Processor
+from mtcore.recipe import check_components
+from mtcore.registry import Registry, load_registry
+from mtcore.shards import map_shards
+from mtcore.step import Step, StepContext
+from mtcore.textblock import BlockReader, RawBlock
+
+STEP_KEYS = ("name", "langs")
+"""Keys of a chain entry that belong to the step, not to the processor's settings."""
+
+ShardOutput = tuple[tuple[bytes, ...], dict[str, int]]
+"""What a worker sends back: the rewritten bytes of each side and its counters."""
+
+
+# --- the chain -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessorSpec:
+    """A chain entry: plugin name, its settings as JSON (hashable, picklable), a label for the
+    counters (``html``, ``html#2`` for a second html entry) and the sides it applies to."""
+
+    name: str
+    settings: str
+    label: str
+    langs: tuple[str, ...] | None
+
+    def build(self, registry: Registry) -> Processor:
+        plugin = registry.load("processors", self.name).from_dict(json.loads(self.settings))
+        assert isinstance(plugin, Processor)
+        return plugin
+
+
+def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ProcessorSpec, ...]:
+    specs: list[ProcessorSpec] = []
+    used: Counter[str] = Counter()
+    for entry in entries:
+        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+        name = str(entry["name"])
+        used[name] += 1
+        label = name if used[name] == 1 else f"{name}#{used[name]}"
+        settings = {k: v for k, v in entry.items() if k not in STEP_KEYS}
+        langs = entry.get("langs")
+        specs.append(
+            ProcessorSpec(
+                name,
+                json.dumps(settings, sort_keys=True),
+                label,
+                None if langs is None else tuple(str(x) for x in langs),
+            )
+        )
+    return tuple(specs)
+
+
+def check_langs(entries: Sequence[Any], field: str) -> list[tuple[str, str]]:
+    """The step's own key of an entry: ``langs`` must be a non-empty list of language codes."""
+    problems = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "langs" not in entry:
+            continue
+        langs = entry["langs"]
+        if (
+            not isinstance(langs, list)
+            or not langs
+            or not all(isinstance(x, str) and x.strip() for x in langs)
+        ):
+            problems.append(
+                (f"{field}.{i}.langs", "Input should be a non-empty list of language codes")
+            )
+    return problems
+
+
+_WORKER_CHAINS: dict[tuple[ProcessorSpec, ...], list[Processor]] = {}
+
+
+def _chain(specs: tuple[ProcessorSpec, ...]) -> list[Processor]:
+    """The processors of ``specs``, built once per worker process."""
+    if specs not in _WORKER_CHAINS:
+        registry = load_registry()
+        _WORKER_CHAINS[specs] = [spec.build(registry) for spec in specs]
+    return _WORKER_CHAINS[specs]
+
+
+def checked(
+    out: Any, given: Sequence[str], who: str, raw: RawBlock, side: int, lang: str
+) -> list[str]:
+    """``out`` if it is one line of text per input line with no line break, else a StepError
+    naming ``who``, the corpus file and line."""
+    if not isinstance(out, list):
+        raise StepError(
+            f"{who} returned a {type(out).__name__}, not a list of {len(given)} lines "
+            f"({lang} side of {raw.paths[side]} from line {raw.first_line})"
+        )
+    if len(out) != len(given):
+        raise StepError(
+            f"{who} returned {len(out)} lines for {len(given)} ({lang} side of {raw.paths[side]} "
+            f"from line {raw.first_line}): a processor must return one line per input line"
+        )
+    try:
+        text = "\n".join(out)
+    except TypeError:
+        row = next(i for i, line in enumerate(out) if not isinstance(line, str))
+        raise StepError(
+            f"{who} returned {type(out[row]).__name__} instead of text for "
+            f"{raw.paths[side]}:{raw.first_line + row}"
+        ) from None
+    if text.count("\n") != max(len(out) - 1, 0) or "\x00" in text or INNER_BREAKS.search(text):
+        row = next(
+            i
+            for i, line in enumerate(out)
+            if "\n" in line or "\x00" in line or INNER_BREAKS.search(line)
+        )
+        raise StepError(
+            f"{who} produced a line break or NUL in {raw.paths[side]}:{raw.first_line + row} "
+            f"({lang}): {out[row][:80]!r}; a processor must keep one line per segment"
+        )
+    return out
+
+
+def encode(lines: Sequence[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def rewrite_shard(
+    raw: RawBlock,
+    langs: tuple[str, ...],
+    rewrite: Callable[[list[str], int, str, Counter[str]], list[str]],
+) -> ShardOutput:
+    """Runs in a worker: decodes and checks one shard, rewrites each side with
+    ``rewrite(lines, side, lang, counts)`` and encodes it back."""
+    block = raw.decode(langs)
+    counts: Counter[str] = Counter()
+    sides = []
+    for side, (column, lang) in enumerate(zip(block.columns, langs, strict=True)):
+        lines = column.lines
+        out = rewrite(lines, side, lang, counts)
+        emptied = sum(1 for old, new in zip(lines, out, strict=True) if old and not new)
+        if emptied:
+            counts[f"emptied.{lang}"] += emptied
+        sides.append(encode(out))
+    return tuple(sides), dict(counts)
+
+
+def normalize_task(
+    task: tuple[tuple[ProcessorSpec, ...], tuple[str, ...], RawBlock],
+) -> ShardOutput:
+    specs, langs, raw = task
+    chain = _chain(specs)
+
+    def rewrite(lines: list[str], side: int, lang: str, counts: Counter[str]) -> list[str]:
+        for spec, plugin in zip(specs, chain, strict=True):
+            if spec.langs is not None and lang not in spec.langs:
+                continue
+            out = checked(
+                plugin.process(lines, lang), lines, f"processor {spec.label!r}", raw, side, lang
+            )
+            counts[f"changed.{spec.label}.{lang}"] += sum(
+                1 for old, new in zip(lines, out, strict=True) if old != new
+            )
+            lines = out
+        return lines
+
+    return rewrite_shard(raw, langs, rewrite)
+
+
+def rewrite_corpus(
+    ctx: StepContext,
+    source: Corpus,
+    task_fn: Callable[[Any], ShardOutput],
+    payload: Any,
+    shard_size: int,
+    desc: str,
+) -> None:
+    """Writes ``ctx.output("corpus")``: ``task_fn((payload, langs, shard))`` over every shard on
+    the executor, in order, resuming from the shards a killed run already finished."""
+    langs = source.langs
+    with (
+        CorpusWriter(ctx.output("corpus"), langs, source.name) as writer,
+        ctx.progress(source.count(), desc) as bar,
+    ):
+        results = map_shards(
+            ctx.executor,
+            task_fn,
+            BlockReader(source.files(), shard_size),
+            lambda raw: (payload, langs, raw),
+            ctx.scratch("shards"),
+        )
+        for raw, (sides, counts) in results:
+            writer.write_raw(sides, raw.count)
+            ctx.stats.merge(counts)
+            bar.update(raw.count)
+    ctx.stats.add("pairs_in", writer.lines)
+    ctx.stats.add("pairs_out", writer.lines)
+
+
+# --- the step ------------------------------------------------------------------------------
+
+
+class NormalizeConfig(PluginConfig):
+    processors: list[dict[str, Any] | str] = Field(
+        ...,
+        min_length=1,
+        description="processor chain, applied in order: each entry a name or {name: "
+        "<processor>, langs: [sides it applies to; default all], <processor settings>}",
+    )
+    shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
+
+
+class NormalizeStep(Step):
+    """Outputs ``corpus``: the input with every side rewritten by the processor chain."""
+
+    name = "normalize"
+    Config = NormalizeConfig
+    config: NormalizeConfig
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True}
+    outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+
+    def check(self, registry: Registry) -> list[tuple[str, str]]:
+        entries = list(self.config.processors)
+        return check_components(
+            registry, "processors", entries, "processors", reserved=STEP_KEYS[1:]
+        ) + check_langs(entries, "processors")
+
+    def plugins_used(self) -> list[tuple[str, str]]:
+        return [("processors", spec.name) for spec in make_specs(self.config.processors)]
+
+    def run(self, ctx: StepContext) -> None:
+        source = Corpus.open(ctx.inputs["corpus"].path)
+        specs = make_specs(self.config.processors)
+        for index, spec in enumerate(specs):
+            missing = sorted(set(spec.langs or ()) - set(source.langs))
+            if missing:
+                raise StepError(
+                    f"processors.{index}.langs names {', '.join(missing)} but the corpus "
+                    f"{source.path} has {', '.join(source.langs)}"
+                )
+        rewrite_corpus(ctx, source, normalize_task, specs, self.config.shard_size, "normalize")
