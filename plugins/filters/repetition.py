@@ -66,8 +66,9 @@ def _candidates(
     cap = 16
     while cap < 2 * longest + 2:
         cap *= 2
-    table_key = np.full(cap, -1, dtype=np.int64)
-    table_pos = np.full(cap, -1, dtype=np.int64)
+    table_key = np.zeros(cap, dtype=np.int64)
+    table_pos = np.zeros(cap, dtype=np.int64)
+    table_line = np.full(cap, -1, dtype=np.int64)  # which line wrote the slot: no resets
     nxt = np.full(len(codes), -1, dtype=np.int64)
     run = np.zeros(len(codes) + 1, dtype=np.int64)  # run[x + 1]: spaces ending at x
     for line in range(len(starts)):
@@ -88,13 +89,12 @@ def _candidates(
             if gram == 2:
                 key = key * 1114112 + np.int64(codes[x + 1])  # type: ignore[assignment]
             h = (key * np.int64(-7046029254386353131)) & size_mask
-            while table_key[h] != -1 and table_key[h] != key:
+            while table_line[h] == line and table_key[h] != key:
                 h = (h + 1) & size_mask
-            nxt[x] = table_pos[h] if table_key[h] == key else -1
+            nxt[x] = table_pos[h] if table_line[h] == line else -1
+            table_line[h] = line
             table_key[h] = key
             table_pos[h] = x
-        for slot in range(size_mask + 1):
-            table_key[slot] = -1
         found = False
         for i in range(start, end - gram + 1):
             if codes[i] == SPACE:
