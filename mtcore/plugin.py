@@ -79,6 +79,9 @@ class Filter(Plugin):
     stateful: ClassVar[bool] = False
     higher_is_better: ClassVar[bool | None] = None
     vectorized: ClassVar[bool] = False
+    batch_dependent: ClassVar[bool] = False
+    """True when a pair's score depends on the other pairs scored with it (an unsupervised word
+    aligner fitted per shard): results are then deterministic for a given shard size only."""
     """True when ``score_block`` is array code that is cheaper on a whole shard than on a
     subset: the engine then scores whole shards and indexes the pairs still alive."""
 

@@ -72,9 +72,12 @@ class KeySet:
         if len(new):
             self.runs.append((hi[new].copy(), lo[new].copy()))
             while len(self.runs) > 1 and len(self.runs[-2][0]) < 2 * len(self.runs[-1][0]):
-                (a_hi, a_lo), (b_hi, b_lo) = self.runs[-2], self.runs.pop()
+                b_hi, b_lo = self.runs.pop()
+                a_hi, a_lo = self.runs.pop()
                 at = np.searchsorted(a_hi, b_hi)
-                self.runs[-1] = (np.insert(a_hi, at, b_hi), np.insert(a_lo, at, b_lo))
+                a_hi = np.insert(a_hi, at, b_hi)  # one column at a time: less peak memory
+                a_lo = np.insert(a_lo, at, b_lo)
+                self.runs.append((a_hi, a_lo))
         return seen
 
 
