@@ -1,17 +1,21 @@
 """Runs fairseq in a subprocess after registering mtcore model plugins, plus the helpers the
-fairseq steps share (safe checkpoint loading, checkpoint averaging).
+fairseq steps share (safe checkpoint loading, plugin registration).
 
     python -m mtcore_plugins.steps.fairseq_entry train [--models a,b] [--threads N] \
-        [--too-long error|skip] -- FAIRSEQ_TRAIN_ARGS...
+        [--too-long error|skip] [--nproc N] [--label-smoothing X] [--r2l] [--keep-best N] \
+        -- FAIRSEQ_TRAIN_ARGS...
 
 registers the named ``mtcore.models`` plugins, allows the types fairseq checkpoints hold for
-torch's safe (``weights_only``) loader, then runs ``fairseq_cli.train`` with ARGS. Nothing here
-imports torch or fairseq at module level.
+torch's safe (``weights_only``) loader, then runs ``fairseq_cli.train`` with ARGS; with
+``--nproc N`` > 1 it first starts N copies of itself through torchrun (one per rank).
+``--label-smoothing`` reaches fairseq only when the chosen criterion has that setting. Nothing
+here imports torch or fairseq at module level.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -20,15 +24,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mtcore.process import die_with_parent
+from mtcore.process import PARENT_ENV, die_with_parent
+
+# Moved to checkpoints.py; kept importable from here for existing callers.
+from mtcore_plugins.steps.checkpoints import average_checkpoints as average_checkpoints
+from mtcore_plugins.steps.checkpoints import save_for_inference as save_for_inference
+
+MODULE = "mtcore_plugins.steps.fairseq_entry"  # __name__ is __main__ under python -m
+WORKER_ARGV = "MTCORE_FAIRSEQ_ARGV"
 
 
 def safe_globals() -> list[Any]:
     """Types inside fairseq checkpoints that torch's weights-only unpickler must allow. Found by
     loading fairseq 0.12 checkpoints (interval, last, best; with optimizer state) under torch
-    2.13: only ``argparse.Namespace`` (a legacy architecture's ``cfg.model``). The logged meters
-    in ``extra_state`` are stored as plain dicts and tensors; ``OrderedDict`` is allowed already."""
-    return [argparse.Namespace]
+    2.13: ``argparse.Namespace`` (a legacy architecture's ``cfg.model``), and with --eval-bleu
+    the numpy arrays of n-gram counts in the logged meters (``extra_state["metrics"]``): numpy's
+    array reconstructor, ``ndarray``, ``dtype`` and the integer and float dtype classes. Plain
+    data only; every other global stays refused."""
+    import numpy
+
+    core = getattr(numpy, "_core", None) or numpy.core  # numpy 2 renamed numpy.core
+    dtypes = [type(numpy.dtype(t)) for t in ("int32", "int64", "float32", "float64")]
+    return [argparse.Namespace, core.multiarray._reconstruct, numpy.ndarray, numpy.dtype, *dtypes]
 
 
 @contextmanager
@@ -63,55 +80,6 @@ def register_models(names: Sequence[str], registry: Any = None) -> None:
         plugin.register()
 
 
-def average_checkpoints(paths: Sequence[Path], output: Path) -> None:
-    """fairseq's ``scripts/average_checkpoints.py`` logic (not shipped in the wheel): the mean of
-    every model parameter; the rest of the state comes from the last checkpoint, without the
-    optimizer state. Written atomically."""
-    import torch
-
-    add_safe_globals()
-    summed: dict[str, Any] = {}
-    state: dict[str, Any] = {}
-    for path in paths:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        for key, value in state["model"].items():
-            value = value.float() if value.is_floating_point() else value
-            summed[key] = value.clone() if key not in summed else summed[key] + value
-    for key, value in summed.items():
-        summed[key] = value / len(paths) if value.is_floating_point() else value // len(paths)
-    save_for_inference(state, summed, output)
-
-
-STABLE_EXTRA_STATE = ("train_iterator", "val_loss", "best")
-# Absolute paths fairseq keeps in a checkpoint's config; loading overrides them anyway.
-PATH_SETTINGS = (("checkpoint", "save_dir", "checkpoints"), ("task", "data", "."))
-
-
-def save_for_inference(state: dict[str, Any], model: dict[str, Any], output: Path) -> None:
-    """Writes ``model`` with the rest of ``state`` made independent of how training went: no
-    optimizer state, no timings, no history of resumes and no absolute paths, so a training
-    killed and resumed gives the same bytes as one that ran through."""
-    import torch
-
-    light = {k: v for k, v in state.items() if k != "last_optimizer_state"}
-    light["model"] = model
-    if light.get("optimizer_history"):
-        light["optimizer_history"] = light["optimizer_history"][-1:]
-    extra = light.get("extra_state") or {}
-    light["extra_state"] = {k: v for k, v in extra.items() if k in STABLE_EXTRA_STATE}
-    cfg = light.get("cfg")
-    if isinstance(cfg, dict):
-        for section, key, placeholder in PATH_SETTINGS:
-            if isinstance(cfg.get(section), dict) and key in cfg[section]:
-                cfg[section][key] = placeholder
-            # Legacy architectures keep a flat argparse copy of every setting in cfg.model.
-            if isinstance(cfg.get("model"), argparse.Namespace) and hasattr(cfg["model"], key):
-                setattr(cfg["model"], key, placeholder)
-    partial = output.with_name(output.name + ".partial")
-    torch.save(light, partial)
-    os.replace(partial, output)
-
-
 def _refuse_long_examples() -> None:
     """fairseq's trainer skips training examples longer than the model's positions (or than
     max_tokens) with only a warning; make that an error before the first update instead."""
@@ -132,14 +100,155 @@ def _refuse_long_examples() -> None:
     FairseqTask.filter_indices_by_size = strict  # type: ignore[method-assign]
 
 
-def _train(argv: list[str]) -> None:
+def _reverse_targets() -> None:
+    """R2L training (``direction: r2l``): every target sentence of every split is read
+    right-to-left, its end-of-sentence marker kept last. Done here, at train time, on the same
+    binarized data an L2R model trains on, so one ``binarize`` step serves both directions."""
+    from fairseq.data import BaseWrapperDataset
+    from fairseq.tasks.translation import TranslationTask
+
+    class ReversedTokens(BaseWrapperDataset):  # type: ignore[misc]
+        def __init__(self, dataset: Any, eos: int) -> None:
+            super().__init__(dataset)
+            self.eos = eos
+
+        def __getitem__(self, index: int) -> Any:
+            return reverse_tokens(self.dataset[index], self.eos)
+
+    load = TranslationTask.load_dataset
+
+    def load_reversed(self: Any, split: str, *args: Any, **kwargs: Any) -> None:
+        load(self, split, *args, **kwargs)
+        dataset = self.datasets[split]
+        if dataset.tgt is not None:
+            dataset.tgt = ReversedTokens(dataset.tgt, self.tgt_dict.eos())
+            logging.getLogger("mtcore").info("targets of %s read right to left (r2l)", split)
+
+    TranslationTask.load_dataset = load_reversed  # type: ignore[method-assign]
+
+
+def reverse_tokens(tokens: Any, eos: int) -> Any:
+    """``a b c </s>`` -> ``c b a </s>`` (a torch tensor; a missing EOS is not added)."""
+    import torch
+
+    if len(tokens) and int(tokens[-1]) == eos:
+        return torch.cat([tokens[:-1].flip(0), tokens[-1:]])
+    return tokens.flip(0)
+
+
+def _keep_best(save_dir: Path, n: int) -> None:
+    """After every save that carries a validation score, keep the checkpoint among the best
+    ``n`` (see :func:`mtcore_plugins.steps.checkpoints.keep_best`)."""
+    from fairseq import checkpoint_utils
+
+    from mtcore_plugins.steps.checkpoints import keep_best
+
+    save = checkpoint_utils.save_checkpoint
+
+    def save_and_keep(cfg: Any, trainer: Any, epoch_itr: Any, val_loss: Any) -> Any:
+        saved = save(cfg, trainer, epoch_itr, val_loss)
+        last = save_dir / "checkpoint_last.pt"
+        if val_loss is not None and trainer.data_parallel_rank == 0 and last.exists():
+            keep_best(
+                save_dir,
+                last,
+                trainer.get_num_updates(),
+                float(val_loss),
+                n,
+                bool(cfg.maximize_best_checkpoint_metric),
+            )
+        return saved
+
+    checkpoint_utils.save_checkpoint = save_and_keep
+
+
+def _empty_outputs_score_zero_bleu() -> None:
+    """fairseq 0.12 derives the dev ``bleu`` only when some hypothesis has an n-gram; when every
+    output is empty (a young model that emits EOS first) ``validate`` fails with KeyError
+    'bleu'. Such a validation scores BLEU 0."""
+    from fairseq_cli import train
+
+    stats_of = train.get_valid_stats
+
+    def with_bleu(cfg: Any, trainer: Any, stats: dict[str, Any], tracking_best: Any) -> Any:
+        if cfg.checkpoint.best_checkpoint_metric == "bleu":
+            stats.setdefault("bleu", 0.0)
+        return stats_of(cfg, trainer, stats, tracking_best)
+
+    train.get_valid_stats = with_bleu
+
+
+def _criterion_takes(name: str, setting: str) -> bool:
+    """Whether fairseq criterion ``name`` (registered by now) has the setting ``setting``."""
+    from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
+
+    config = CRITERION_DATACLASS_REGISTRY.get(name)
+    return config is not None and setting in getattr(config, "__dataclass_fields__", {})
+
+
+def _option(args: list[str], flag: str, default: str) -> str:
+    """The value of ``flag`` in fairseq arguments; the last one wins, as in argparse."""
+    for i in range(len(args) - 2, -1, -1):
+        if args[i] == flag:
+            return args[i + 1]
+    return default
+
+
+def _distributed_args(rest: list[str]) -> list[str]:
+    """Under torchrun (``--nproc``) each worker tells fairseq its rank explicitly: fairseq 0.12's
+    own reading of the torchrun environment divides by ``torch.cuda.device_count()`` and fails
+    on CPU. On CPU the collectives go through gloo, and fairseq's ``legacy_ddp`` replaces
+    PyTorch's DistributedDataParallel (which fairseq hands a CUDA ``device_ids`` list)."""
+    import torch
+
+    if "WORLD_SIZE" not in os.environ or "--distributed-init-method" in rest:
+        return []
+    args = [
+        "--distributed-init-method", "env://",
+        "--distributed-world-size", os.environ["WORLD_SIZE"],
+        "--distributed-rank", os.environ["RANK"],
+        "--device-id", os.environ.get("LOCAL_RANK", "0"),
+        "--distributed-no-spawn",
+    ]  # fmt: skip
+    if not torch.cuda.is_available():
+        if "--distributed-backend" not in rest:
+            args += ["--distributed-backend", "gloo"]
+        if "--ddp-backend" not in rest:
+            args += ["--ddp-backend", "legacy_ddp"]
+    return args
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="fairseq_entry train", add_help=False)
     parser.add_argument("--models", default="", help="comma-separated mtcore.models plugins")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's")
     parser.add_argument("--too-long", choices=("error", "skip"), default="error")
+    parser.add_argument("--nproc", type=int, default=1, help="processes, through torchrun")
+    parser.add_argument("--label-smoothing", type=float, default=None)
+    parser.add_argument("--r2l", action="store_true", help="train on reversed targets")
+    parser.add_argument("--keep-best", type=int, default=0, help="keep the best N checkpoints")
     split = argv.index("--") if "--" in argv else len(argv)
-    ours = parser.parse_args(argv[:split])
-    rest = argv[split + 1 :]
+    return parser.parse_args(argv[:split]), argv[split + 1 :]
+
+
+def _launch(nproc: int, argv: list[str]) -> None:
+    """Runs ``nproc`` copies of this entry through torch's own launcher (torchrun, standalone
+    rendezvous on this machine). The launcher runs in this process, which dies with the step;
+    each worker dies with the launcher. The workers' arguments travel in the environment:
+    torchrun's parser would otherwise read them too (``--nproc`` is "ambiguous" to it)."""
+    from torch.distributed.run import main as torchrun
+
+    os.environ[PARENT_ENV] = str(os.getpid())
+    os.environ[WORKER_ARGV] = json.dumps(argv)
+    standalone = ["--standalone", "--nnodes=1", f"--nproc-per-node={nproc}"]
+    torchrun([*standalone, "-m", MODULE, "worker"])
+
+
+def _train(argv: list[str]) -> None:
+    ours, rest = _parse(argv)
+    if ours.nproc > 1 and "LOCAL_RANK" not in os.environ:
+        _launch(ours.nproc, ["train", *argv])
+        return
     # fairseq_cli.train's own format, set before any fairseq import can configure the root
     # logger first; the train step parses these lines.
     logging.basicConfig(
@@ -157,18 +266,30 @@ def _train(argv: list[str]) -> None:
     add_safe_globals()
     if ours.too_long == "error":
         _refuse_long_examples()
+    if ours.r2l:
+        _reverse_targets()
+    if ours.keep_best > 0:
+        _keep_best(Path(_option(rest, "--save-dir", "checkpoints")), ours.keep_best)
+    if "--eval-bleu" in rest:
+        _empty_outputs_score_zero_bleu()
+    criterion = _option(rest, "--criterion", "cross_entropy")
+    if ours.label_smoothing is not None and _criterion_takes(criterion, "label_smoothing"):
+        rest += ["--label-smoothing", str(ours.label_smoothing)]
     from fairseq_cli import train
 
-    sys.argv = ["fairseq-train", *rest]
+    sys.argv = ["fairseq-train", *rest, *_distributed_args(rest)]
     train.cli_main()
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["worker"] and WORKER_ARGV in os.environ:  # a rank started by _launch
+        argv = json.loads(os.environ[WORKER_ARGV])
     if not argv or argv[0] != "train":
         sys.exit(
             "usage: python -m mtcore_plugins.steps.fairseq_entry train [--models a,b] "
-            "[--threads N] [--too-long error|skip] -- FAIRSEQ_TRAIN_ARGS..."
+            "[--threads N] [--too-long error|skip] [--nproc N] [--label-smoothing X] [--r2l] "
+            "[--keep-best N] -- FAIRSEQ_TRAIN_ARGS..."
         )
     die_with_parent()
     _train(argv[1:])

@@ -1,107 +1,54 @@
-"""Trains a fairseq translation model in a subprocess; resumes from checkpoint_last.pt."""
+"""Trains a fairseq translation model in a subprocess; resumes from checkpoint_last.pt.
+
+Beyond a plain training: fine-tuning or vocabulary-mapped initialisation from another train
+step's model (input ``init``), early stopping on dev loss or BLEU, averaging the last or the
+best N checkpoints, right-to-left models, Adafactor, fp16/bf16 on GPU and several processes
+through torchrun (settings in :mod:`mtcore_plugins.steps.train_config`).
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
 import time
-import zipfile
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-
-from pydantic import Field
+from typing import Any, ClassVar
 
 from mtcore.errors import DataError, StepError
-from mtcore.plugin import PluginConfig
 from mtcore.process import run_logged, tail
-from mtcore.step import Step, StepContext, write_artifact_meta
-from mtcore_plugins.steps.fairseq_entry import average_checkpoints
+from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
+from mtcore_plugins.steps.checkpoints import (
+    average_checkpoints,
+    best_entries,
+    first_difference,
+    repair_last_checkpoint,
+    select_best,
+    select_checkpoints,
+)
+from mtcore_plugins.steps.train_config import TrainConfig
 
 ENTRY = "mtcore_plugins.steps.fairseq_entry"
-INTERVAL_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt$")
 JSON_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 DONE = "| done training in"
 SKIPPED = re.compile(r"([\d,]+) samples have invalid sizes and will be skipped")
-LOADED = re.compile(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)")
-
-
-class TrainConfig(PluginConfig):
-    # Defaults follow NT5 Table 2, "Initial Translation Model", unless noted.
-    arch: str = Field(
-        "mtcore_transformer_tiny",
-        min_length=1,
-        max_length=100,
-        description="fairseq architecture (--arch), built in or from a models plugin",
-    )
-    models: list[str] = Field(
-        ["transformer_presets"],
-        max_length=32,
-        description="mtcore.models plugins to register before fairseq starts",
-    )
-    max_update: int = Field(50_000, ge=1, le=10_000_000, description="stop after this many updates")
-    max_epoch: int | None = Field(None, ge=1, le=100_000, description="stop after this many epochs")
-    max_tokens: int = Field(4096, ge=16, le=1_000_000, description="tokens per batch per device")
-    update_freq: int = Field(
-        1, ge=1, le=1024, description="batches accumulated per update (x max_tokens = batch)"
-    )
-    lr: float = Field(0.001, gt=0.0, le=10.0, description="peak learning rate")
-    lr_scheduler: Literal["inverse_sqrt", "fixed", "polynomial_decay", "cosine"] = Field(
-        "inverse_sqrt", description="learning-rate schedule (Table 2: inverse square root decay)"
-    )
-    warmup_updates: int = Field(4000, ge=0, le=1_000_000, description="linear warmup updates")
-    warmup_init_lr: float = Field(
-        1e-7, ge=0.0, le=10.0, description="learning rate at update 0 (inverse_sqrt, cosine)"
-    )
-    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="Adam beta1")
-    adam_beta2: float = Field(0.98, ge=0.0, lt=1.0, description="Adam beta2")
-    adam_eps: float = Field(1e-8, gt=0.0, le=1.0, description="Adam epsilon")
-    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Adam weight decay")
-    clip_norm: float = Field(1.0, ge=0.0, le=1000.0, description="gradient clipping; 0 disables")
-    dropout: float = Field(0.3, ge=0.0, le=0.9, description="dropout")
-    attention_dropout: float | None = Field(
-        None, ge=0.0, le=0.9, description="attention dropout; unset keeps the arch's"
-    )
-    label_smoothing: float = Field(
-        0.1,
-        ge=0.0,
-        le=0.9,  # not in the paper: fairseq's usual value
-        description="label smoothing of the cross-entropy",
-    )
-    share_all_embeddings: bool = Field(
-        True, description="tie encoder, decoder and output embeddings (the dictionary is joined)"
-    )
-    seed: int = Field(1, ge=0, le=2**31 - 1, description="random seed")
-    save_interval_updates: int = Field(
-        200, ge=1, le=1_000_000, description="save a checkpoint every N updates"
-    )
-    keep_last: int = Field(8, ge=1, le=1000, description="interval checkpoints kept while training")
-    average_last: int = Field(
-        8, ge=1, le=1000, description="average the last N checkpoints into checkpoint.pt"
-    )
-    too_long: Literal["error", "skip"] = Field(
-        "error",
-        description="training pairs longer than the model's positions or max_tokens: error stops "
-        "before the first update; skip leaves them out, counted as train.skipped_too_long "
-        "(fairseq itself skips them with only a warning)",
-    )
-    threads: int = Field(0, ge=0, le=512, description="torch CPU threads; 0 keeps torch's default")
-    log_interval: int = Field(100, ge=1, le=1_000_000, description="log every N updates")
-    extra_args: list[str] = Field(
-        default_factory=list,
-        max_length=200,
-        description="further fairseq-train arguments, passed verbatim",
-    )
+LOADED = re.compile(r"Loaded checkpoint (.*) \(epoch (\d+) @ (\d+) updates\)")
+EARLY_STOP = "early stop since valid performance hasn't improved"
+VALID_KEYS = ("loss", "nll_loss", "ppl", "bleu", "wps", "ups", "wall", "num_updates")
+__all__ = ["TrainConfig", "TrainStep", "parse_train_log", "repair_last_checkpoint"]
 
 
 class TrainStep(Step):
-    """fairseq-train on a ``fairseq-data`` artifact; writes ``model/checkpoint.pt`` (averaged)."""
+    """fairseq-train on a ``fairseq-data`` artifact; writes ``model/checkpoint.pt`` (averaged).
+    With ``init`` (a ``fairseq-model`` artifact) training starts from that model's weights with
+    a fresh optimizer, LR schedule, meters and data iterator (fairseq --finetune-from-model,
+    which a killed run resumes from its own checkpoint_last.pt instead)."""
 
     name = "train"
     Config = TrainConfig
-    inputs: ClassVar[dict[str, bool]] = {"data": True}
+    config: TrainConfig
+    inputs: ClassVar[dict[str, bool]] = {"data": True, "init": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
 
     def plugins_used(self) -> list[tuple[str, str]]:
@@ -111,18 +58,21 @@ class TrainStep(Step):
         data = ctx.inputs["data"]
         if data.type != "fairseq-data":
             raise DataError(f"{data.path} is not fairseq data (artifact type {data.type!r})")
+        self._check_device()
         out = ctx.output("model")
         save_dir = out / "checkpoints"
         log = out / "train.log"
         started = time.time()
+        init = ctx.inputs.get("init")
+        models = self._models(init)
         if not training_done(log):
+            start = self._init_checkpoint(ctx, data, init) if init is not None else None
             if repair_last_checkpoint(save_dir):
                 ctx.stats.add("train.repaired_checkpoint_last")
-            run_logged(
-                self.command(data.path, data.meta, save_dir), log, "fairseq-train", env=self._env()
-            )
+            cmd = self.command(data.path, data.meta, save_dir, start, models)
+            run_logged(cmd, log, "fairseq-train", env=self._env())
         if not (out / "checkpoint.pt").exists():
-            self._finalize(save_dir, out / "checkpoint.pt")
+            ctx.metrics["averaged"] = self._finalize(save_dir, out / "checkpoint.pt")
         shutil.rmtree(save_dir, ignore_errors=True)
         for lang in (data.meta["src"], data.meta["tgt"]):
             shutil.copyfile(data.path / f"dict.{lang}.txt", out / f"dict.{lang}.txt")
@@ -134,29 +84,45 @@ class TrainStep(Step):
             src=data.meta["src"],
             tgt=data.meta["tgt"],
             arch=self.config.arch,
-            models=list(self.config.models),
+            models=models,
+            direction=self.config.direction,
+            criterion=self.config.criterion,
         )
 
-    def command(self, data: Path, meta: dict[str, Any], save_dir: Path) -> list[str]:
+    def command(
+        self,
+        data: Path,
+        meta: dict[str, Any],
+        save_dir: Path,
+        init: Path | None = None,
+        models: list[str] | None = None,
+    ) -> list[str]:
         c = self.config
-        head = [sys.executable, "-m", ENTRY, "train", "--models", ",".join(c.models)]
-        head += ["--threads", str(c.threads), "--too-long", c.too_long, "--", str(data)]
+        head = [sys.executable, "-m", ENTRY, "train", "--models", ",".join(models or c.models)]
+        head += ["--threads", str(c.threads), "--too-long", c.too_long]
+        head += [
+            "--nproc",
+            str(c.distributed_world_size),
+            "--label-smoothing",
+            str(c.label_smoothing),
+        ]
+        if c.direction == "r2l":
+            head.append("--r2l")
+        if c.average_best > 0:
+            head += ["--keep-best", str(c.average_best)]
         flags: dict[str, object] = {
             "--task": "translation",
             "--source-lang": meta["src"],
             "--target-lang": meta["tgt"],
             "--arch": c.arch,
-            "--optimizer": "adam",
-            "--adam-betas": f"({c.adam_beta1}, {c.adam_beta2})",
-            "--adam-eps": c.adam_eps,
+            "--optimizer": c.optimizer,
             "--weight-decay": c.weight_decay,
             "--clip-norm": c.clip_norm,
             "--lr": c.lr,
             "--lr-scheduler": c.lr_scheduler,
             "--warmup-updates": c.warmup_updates,
             "--dropout": c.dropout,
-            "--criterion": "label_smoothed_cross_entropy",
-            "--label-smoothing": c.label_smoothing,
+            "--criterion": c.criterion,
             "--max-tokens": c.max_tokens,
             "--update-freq": c.update_freq,
             "--max-update": c.max_update,
@@ -171,7 +137,25 @@ class TrainStep(Step):
             "--log-interval": c.log_interval,
         }
         args = [item for flag, value in flags.items() for item in (flag, str(value))]
-        return [*head, *args, "--no-epoch-checkpoints", *self._optional_args(), *c.extra_args]
+        if init is not None:
+            args += ["--finetune-from-model", str(init)]
+        optional = [*self._optimizer_args(), *self._optional_args(), *self._criterion_args()]
+        return [*head, "--", str(data), *args, "--no-epoch-checkpoints", *optional, *c.extra_args]
+
+    def _optimizer_args(self) -> list[str]:
+        c = self.config
+        if c.optimizer == "adam":
+            return [
+                "--adam-betas",
+                f"({c.adam_beta1}, {c.adam_beta2})",
+                "--adam-eps",
+                str(c.adam_eps),
+            ]
+        args = ["--decay-rate", str(c.adafactor_decay_rate)]
+        args += ["--clip-threshold", str(c.adafactor_clip_threshold)]
+        if c.adafactor_beta1 is not None:
+            args += ["--beta1", str(c.adafactor_beta1)]
+        return args
 
     def _optional_args(self) -> list[str]:
         c = self.config
@@ -186,6 +170,30 @@ class TrainStep(Step):
             args += ["--attention-dropout", str(c.attention_dropout)]
         if c.share_all_embeddings:
             args.append("--share-all-embeddings")
+        if c.precision != "fp32":
+            args.append(f"--{c.precision}")
+        if c.patience > 0:
+            args += ["--patience", str(c.patience)]
+        if c.best_metric == "bleu":
+            # fairseq 0.12's --eval-bleu: a beam search over the valid set at each validation,
+            # scored by sacrebleu; pieces = tokenized BLEU over the SentencePiece pieces.
+            generation = {"beam": c.bleu_beam, "max_len_a": 1.5, "max_len_b": 10}
+            args += ["--eval-bleu", "--eval-bleu-args", json.dumps(generation)]
+            args += ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
+            if c.bleu_tokenize == "pieces":
+                args.append("--eval-tokenized-bleu")
+            else:
+                args += ["--eval-bleu-remove-bpe", "sentencepiece"]
+        return args
+
+    def _criterion_args(self) -> list[str]:
+        args: list[str] = []
+        for key, value in self.config.criterion_args.items():
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                args.append(flag)
+            elif value is not False:
+                args += [flag, str(value)]
         return args
 
     def _env(self) -> dict[str, str]:
@@ -194,13 +202,93 @@ class TrainStep(Step):
         n = str(self.config.threads)
         return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
-    def _finalize(self, save_dir: Path, target: Path) -> None:
+    def _check_device(self) -> None:
+        """fp16/bf16 and several processes per GPU need the GPUs to exist; say so before
+        fairseq fails deep inside."""
+        import torch
+
+        c = self.config
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if c.precision != "fp32" and gpus == 0:
+            raise StepError(
+                f"train: precision {c.precision} needs a CUDA GPU and this machine has none "
+                "(torch.cuda.is_available() is False); use precision: fp32 on CPU"
+            )
+        if gpus and c.distributed_world_size > gpus:
+            raise StepError(
+                f"train: distributed_world_size {c.distributed_world_size} is more than the "
+                f"{gpus} GPUs of this machine; use at most {gpus}"
+            )
+
+    def _models(self, init: Artifact | None) -> list[str]:
+        inherited = list(init.meta.get("models", [])) if init is not None else []
+        return list(dict.fromkeys([*self.config.models, *inherited]))
+
+    def _init_checkpoint(self, ctx: StepContext, data: Artifact, init: Artifact) -> Path:
+        """The checkpoint training starts from: the init model's own (same dictionaries) or a
+        copy with its embedding rows mapped onto the data's dictionaries."""
+        c, meta = self.config, init.meta
+        where = f"{ctx.step_id}: init model {init.path}"
+        if meta.get("type") != "fairseq-model":
+            raise DataError(f"{where} is not a fairseq model (artifact type {meta.get('type')!r})")
+        if (meta.get("src"), meta.get("tgt")) != (data.meta["src"], data.meta["tgt"]):
+            raise DataError(
+                f"{where} translates {meta.get('src')}->{meta.get('tgt')}, the data "
+                f"{data.meta['src']}->{data.meta['tgt']}"
+            )
+        if meta.get("arch") != c.arch:
+            raise DataError(f"{where} has arch {meta.get('arch')!r}; set arch: {meta.get('arch')}")
+        if meta.get("direction", "l2r") != c.direction:
+            raise DataError(
+                f"{where} is {meta.get('direction', 'l2r')}; set direction: "
+                f"{meta.get('direction', 'l2r')} or start from another model"
+            )
+        checkpoint = init.path / meta.get("checkpoint", "checkpoint.pt")
+        langs = (data.meta["src"], data.meta["tgt"])
+        old = tuple(init.path / f"dict.{lang}.txt" for lang in langs)
+        new = tuple(data.path / f"dict.{lang}.txt" for lang in langs)
+        if c.init_vocab == "same":
+            for old_dict, new_dict in zip(old, new, strict=True):
+                difference = first_difference(old_dict, new_dict)
+                if difference:
+                    raise DataError(
+                        f"{where}: {difference}. Fine-tuning needs the same dictionary; set "
+                        "init_vocab: map to start a new vocabulary from the init model's rows"
+                    )
+            return checkpoint
+        from mtcore_plugins.steps.vocab_map import remap_checkpoint
+
+        mapped = ctx.scratch("init") / "mapped.pt"
+        maps = remap_checkpoint(checkpoint, (old[0], old[1]), (new[0], new[1]), mapped)
+        for side, vocab in maps.items():
+            ctx.stats.add(f"train.init_{side}_shared", vocab.shared)
+            ctx.stats.add(f"train.init_{side}_borrowed", vocab.borrowed)
+            ctx.stats.add(f"train.init_{side}_reused", vocab.reused)
+        return mapped
+
+    def _finalize(self, save_dir: Path, target: Path) -> list[dict[str, Any]]:
         """Averages the last ``average_last`` checkpoints by update count (checkpoint_last.pt
-        counts when training stopped between two save intervals)."""
-        chosen = select_checkpoints(save_dir, self.config.average_last)
-        if not chosen:
-            raise StepError(f"fairseq-train finished but wrote no checkpoint in {save_dir}")
+        counts when training stopped between two save intervals), or the best
+        ``average_best`` by the dev metric; returns what was averaged."""
+        c = self.config
+        if c.average_best > 0:
+            chosen = select_best(save_dir, c.average_best)
+            if not chosen:
+                raise StepError(
+                    f"average_best: no validated checkpoint in {save_dir} (did validation run? "
+                    "it runs at every save unless extra_args disable it)"
+                )
+            averaged = [
+                {"updates": e["updates"], c.best_metric: e["metric"]}
+                for e in best_entries(save_dir)[: c.average_best]
+            ]
+        else:
+            chosen = select_checkpoints(save_dir, c.average_last)
+            if not chosen:
+                raise StepError(f"fairseq-train finished but wrote no checkpoint in {save_dir}")
+            averaged = [{"file": p.name} for p in chosen]
         average_checkpoints(chosen, target)
+        return averaged
 
     def _report(self, ctx: StepContext, log: Path, seconds: float) -> None:
         parsed = parse_train_log(log)
@@ -222,70 +310,25 @@ def training_done(log: Path) -> bool:
     return log.exists() and DONE in tail(log, 5)
 
 
-def repair_last_checkpoint(save_dir: Path) -> bool:
-    """fairseq writes an interval checkpoint, then *copies* it to checkpoint_last.pt. A kill
-    between the two leaves checkpoint_last.pt missing or older than the newest checkpoint (the
-    resume would lose updates or start over), and a kill during the copy leaves it truncated
-    (the resume would fail). In each case the newest intact interval checkpoint replaces it."""
-    last = save_dir / "checkpoint_last.pt"
-    intact = [p for p in interval_checkpoints(save_dir).values() if zipfile.is_zipfile(p)]
-    last_ok = last.exists() and zipfile.is_zipfile(last)
-    if last_ok and (not intact or last.stat().st_mtime_ns >= intact[-1].stat().st_mtime_ns):
-        return False
-    if not intact:
-        if not last.exists():
-            return False
-        last.unlink()  # truncated, and nothing to resume from: start over
-        return True
-    partial = last.with_name("checkpoint_last.pt.repair")
-    shutil.copyfile(intact[-1], partial)
-    os.replace(partial, last)
-    return True
-
-
-def interval_checkpoints(save_dir: Path) -> dict[int, Path]:
-    """``checkpoint_<epoch>_<updates>.pt`` by update count, ascending."""
-    found: dict[int, Path] = {}
-    for path in save_dir.glob("checkpoint_*_*.pt"):
-        match = INTERVAL_CHECKPOINT.search(path.name)
-        if match:
-            found[int(match.group(2))] = path
-    return dict(sorted(found.items()))
-
-
-def select_checkpoints(save_dir: Path, n: int) -> list[Path]:
-    by_update = interval_checkpoints(save_dir)
-    last = save_dir / "checkpoint_last.pt"
-    if last.exists():
-        by_update.setdefault(checkpoint_updates(last), last)
-    return [by_update[u] for u in sorted(by_update)[-n:]]
-
-
-def checkpoint_updates(path: Path) -> int:
-    import torch
-
-    from mtcore_plugins.steps.fairseq_entry import add_safe_globals
-
-    add_safe_globals()
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return int(state["optimizer_history"][-1]["num_updates"])
-
-
 def parse_train_log(log: Path) -> dict[str, Any]:
     """Final losses, updates and speed from fairseq's JSON log lines (the last of each kind)."""
     found: dict[str, Any] = {}
     with open(log, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             loaded = LOADED.search(line)
-            if loaded:
-                found["resumed_from_update"] = int(loaded.group(2))
+            if loaded and loaded.group(1).endswith("checkpoint_last.pt"):
+                found["resumed_from_update"] = int(loaded.group(3))
+            elif loaded:  # the init model of a fine-tuning, loaded with everything reset
+                found["init_loaded"] = True
+            if EARLY_STOP in line:
+                found["early_stopped"] = True
             skipped = SKIPPED.search(line)
             if skipped:  # logged once per epoch iterator, the same examples each time
                 count = int(skipped.group(1).replace(",", ""))
                 found["skipped_too_long"] = max(found.get("skipped_too_long", 0), count)
             kind, record = _json_record(line)
             if kind in ("train", "valid"):
-                for key in ("loss", "nll_loss", "ppl", "wps", "ups", "wall", "num_updates"):
+                for key in VALID_KEYS:
                     if f"{kind}_{key}" in record:
                         found[f"{kind}_{key}"] = float(record[f"{kind}_{key}"])
             elif kind == "train_inner" and "num_updates" in record:

@@ -1,23 +1,30 @@
-"""Translates the source side of a corpus with a fairseq checkpoint, in-process, in input order."""
+"""Translates the source side of a corpus with a fairseq checkpoint, or an ensemble of several
+sharing one dictionary, in-process, in input order. Right-to-left models (train ``direction:
+r2l``) have their output put back in reading order."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mtcore.corpus import Corpus, CorpusWriter, batched
 from mtcore.errors import DataError, StepError
 from mtcore.plugin import PluginConfig
-from mtcore.step import Step, StepContext
+from mtcore.step import Artifact, Step, StepContext
 from mtcore_plugins.steps.binarize import load_spm
+from mtcore_plugins.steps.checkpoints import first_difference
 from mtcore_plugins.steps.fairseq_entry import (
     add_safe_globals,
     register_models,
     root_logging_kept,
 )
+
+# NT5 §4.4 (footnote 7) ensembles up to eight models; Xiaomi §3.3 and HW-TSC §5.3 four.
+MODEL_ROLES = ("model", *(f"model{i}" for i in range(2, 9)))
 
 
 class TranslateConfig(PluginConfig):
@@ -43,17 +50,41 @@ class TranslateConfig(PluginConfig):
     models: list[str] = Field(
         ["transformer_presets"],
         max_length=32,
-        description="mtcore.models plugins to register before loading",
+        description="mtcore.models plugins to register before loading (each model's own are added)",
     )
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="ensemble weight per model input (model, model2, ...); unnamed ones weigh "
+        "1. The ensemble averages the models' next-token probabilities with the weights "
+        "normalised to sum to 1",
+    )
+
+    @field_validator("weights")
+    @classmethod
+    def _weight_roles(cls, value: dict[str, float]) -> dict[str, float]:
+        for role, weight in value.items():
+            if role not in MODEL_ROLES:
+                raise ValueError(f"{role!r} is not a model input (valid: {', '.join(MODEL_ROLES)})")
+            if not 0.0 < weight <= 1000.0:
+                raise ValueError(f"weight of {role!r} must be > 0 and <= 1000, not {weight}")
+        return value
 
 
 class TranslateStep(Step):
     """One output line per input line, in input order: empty input gives empty output, and a
-    source longer than the model's positions is truncated (``translate.truncated``)."""
+    source longer than the model's positions is truncated (``translate.truncated``). Inputs
+    ``model2`` ... ``model8`` make an ensemble with ``model`` (NT5 §4.4: architectures may
+    differ; dictionaries, languages and direction must not)."""
 
     name = "translate"
     Config = TranslateConfig
-    inputs: ClassVar[dict[str, bool]] = {"model": True, "corpus": True, "spm": True}
+    config: TranslateConfig
+    inputs: ClassVar[dict[str, bool]] = {
+        "model": True,
+        "corpus": True,
+        "spm": True,
+        **{role: False for role in MODEL_ROLES[1:]},
+    }
     outputs: ClassVar[tuple[str, ...]] = ("hyp",)
 
     def plugins_used(self) -> list[tuple[str, str]]:
@@ -103,39 +134,32 @@ class TranslateStep(Step):
 
 
 class Translator:
-    """A loaded checkpoint with its dictionaries, SentencePiece model and beam search."""
+    """Loaded checkpoints (one, or an ensemble) with their dictionaries, SentencePiece model
+    and beam search."""
 
     def __init__(self, config: TranslateConfig, ctx: StepContext) -> None:
         with root_logging_kept():
             from fairseq import checkpoint_utils, utils
             from fairseq.sequence_generator import SequenceGenerator
 
-        model_dir = ctx.inputs["model"].path
-        meta = ctx.inputs["model"].meta
-        if meta.get("type") != "fairseq-model":
-            raise DataError(
-                f"{model_dir} is not a fairseq model (artifact type {meta.get('type')!r})"
-            )
-        if (meta.get("src"), meta.get("tgt")) != (config.src, config.tgt):
-            raise DataError(
-                f"{model_dir} translates {meta.get('src')}->{meta.get('tgt')}, "
-                f"not {config.src}->{config.tgt} (check src/tgt)"
-            )
+        members = {role: ctx.inputs[role] for role in MODEL_ROLES if role in ctx.inputs}
+        self.direction = check_members(config, ctx.step_id, members)
         # Unregistered architectures make fairseq fail later with a misleading IndexError.
-        register_models(
-            list(dict.fromkeys([*config.models, *meta.get("models", [])])), ctx.registry
-        )
+        plugins = [*config.models, *(n for m in members.values() for n in m.meta.get("models", []))]
+        register_models(list(dict.fromkeys(plugins)), ctx.registry)
         add_safe_globals()
+        first = members["model"].path
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [str(model_dir / meta.get("checkpoint", "checkpoint.pt"))],
+            [str(m.path / m.meta.get("checkpoint", "checkpoint.pt")) for m in members.values()],
             arg_overrides={
-                "data": str(model_dir),
+                "data": str(first),
                 "source_lang": config.src,
                 "target_lang": config.tgt,
             },
         )
         for model in models:
             model.eval()
+        weigh_models(models, [config.weights.get(role, 1.0) for role in members])
         self.config, self.ctx, self.models = config, ctx, models
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
         self.max_source = utils.resolve_max_positions(
@@ -207,4 +231,67 @@ class Translator:
 
     def _decode(self, tokens: Any) -> str:
         pieces = self.tgt_dict.string(tokens.int().cpu()).split()
+        if self.direction == "r2l":  # the model wrote the sentence last piece first
+            pieces.reverse()
         return str(self.spm.decode_pieces(pieces))
+
+
+def check_members(config: TranslateConfig, step_id: str, members: dict[str, Artifact]) -> str:
+    """Every model translates src->tgt in one direction with the first model's dictionaries;
+    every weighted role is connected. Returns the direction (l2r or r2l)."""
+    for role in config.weights:
+        if role not in members:
+            raise DataError(
+                f"{step_id}: weights names input {role!r}, which is not connected "
+                f"(connected: {', '.join(members)})"
+            )
+    first = members["model"]
+    for role, member in members.items():
+        meta, where = member.meta, f"{step_id}: input {role} ({member.path})"
+        if meta.get("type") != "fairseq-model":
+            raise DataError(f"{where} is not a fairseq model (artifact type {meta.get('type')!r})")
+        if (meta.get("src"), meta.get("tgt")) != (config.src, config.tgt):
+            raise DataError(
+                f"{where} translates {meta.get('src')}->{meta.get('tgt')}, "
+                f"not {config.src}->{config.tgt} (check src/tgt)"
+            )
+        if meta.get("direction", "l2r") != first.meta.get("direction", "l2r"):
+            raise DataError(
+                f"{where} is {meta.get('direction', 'l2r')}, input model is "
+                f"{first.meta.get('direction', 'l2r')}: an ensemble decodes in one direction"
+            )
+        for lang in (config.src, config.tgt):
+            name = f"dict.{lang}.txt"
+            difference = first_difference(first.path / name, member.path / name)
+            if difference:
+                raise DataError(
+                    f"{where}: its dictionary differs from input model's ({difference}); an "
+                    "ensemble needs one dictionary (binarize every model's data with one "
+                    "SentencePiece model and dictionary)"
+                )
+    return str(first.meta.get("direction", "l2r"))
+
+
+def weigh_models(models: list[Any], weights: list[float]) -> None:
+    """fairseq's ensemble averages next-token probabilities uniformly: log(sum_i p_i / n). A
+    model whose log-probabilities are shifted by log(n * w_i) (weights normalised to sum to 1)
+    turns that into log(sum_i w_i p_i), the weighted mixture."""
+    total = sum(weights)
+    for model, weight in zip(models, weights, strict=True):
+        offset = math.log(len(models) * weight / total)
+        if offset == 0.0:
+            continue
+        normalized = model.get_normalized_probs
+
+        def shifted(
+            net_output: Any,
+            log_probs: bool,
+            sample: Any = None,
+            *,
+            _probs: Any = normalized,
+            _offset: float = offset,
+        ) -> Any:
+            probs = _probs(net_output, log_probs, sample)
+            return probs + _offset if log_probs else probs * math.exp(_offset)
+
+        model.get_normalized_probs = shifted
