@@ -276,8 +276,10 @@ class RawBlock:
 
 
 _NL = b"\n"
-# NUL and, in UTF-8, every character mtcore.corpus.INNER_BREAKS matches (all below U+2030).
-_BAD_BYTES = (b"\x00", *(chr(c).encode() for c in range(0x2030) if INNER_BREAKS.match(chr(c))))
+# NUL and every character mtcore.corpus.INNER_BREAKS matches (all below U+2030).
+_BAD_CHARS = ("\x00", *(chr(c) for c in range(0x2030) if INNER_BREAKS.match(chr(c))))
+_SINGLE_BAD = "".join(ch for ch in _BAD_CHARS if ord(ch) < 0x80).encode()
+_MULTI_BAD = tuple(ch for ch in _BAD_CHARS if ord(ch) >= 0x80)
 
 
 def _checked_text(raw: bytes, path: str, first_line: int) -> str:
@@ -292,12 +294,12 @@ def _checked_text(raw: bytes, path: str, first_line: int) -> str:
             f"{where(exc.start)}: invalid UTF-8 at byte {column} of the line "
             f"({raw[exc.start : exc.start + 4]!r}); a corpus inside the workdir must be UTF-8"
         ) from None
-    # bytes.find runs at memory speed; a regex over the text would cost more than decoding.
-    found = [(at, seq) for seq in _BAD_BYTES if (at := raw.find(seq)) >= 0]
-    if found:
-        at, seq = min(found)
-        what = "NUL byte" if seq == b"\x00" else f"line-break character {seq.decode()!r}"
-        raise DataError(f"{where(at)}: {what} inside a corpus line")
+    # bytes.translate over the bytes and str.find of single characters over the text run at
+    # memory speed; a regex over the text would cost more than decoding.
+    if len(raw.translate(None, _SINGLE_BAD)) != len(raw) or any(ch in text for ch in _MULTI_BAD):
+        at, ch = min((text.find(ch), ch) for ch in _BAD_CHARS if ch in text)
+        what = "NUL byte" if ch == "\x00" else f"line-break character {ch!r}"
+        raise DataError(f"{where(len(text[:at].encode()))}: {what} inside a corpus line")
     if first_line == 1 and text.startswith(BOM):
         raise DataError(f"{path}:1: byte-order mark in a corpus inside the workdir")
     return text

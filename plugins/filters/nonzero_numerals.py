@@ -14,16 +14,17 @@ from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock, TextColumn, segment_sums
+from mtcore.textblock import TextBlock, TextColumn, code_table
 from mtcore_plugins.filters._array import ArrayFilter
+
+DIGITS = code_table("123456789")
 
 
 def digit_streams(column: TextColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ASCII digits 1-9 of the column in order, and per line their count and offset."""
     codes = column.codes
-    mask = (codes >= 49) & (codes <= 57)
-    digits = codes[mask] - 48
-    counts = segment_sums(mask, column.starts, column.ends)
+    counts = column.count_codes(DIGITS)
+    digits = codes[(codes >= 49) & (codes <= 57)] - 48 if counts.any() else codes[:0]
     offsets = np.zeros(column.count, dtype=np.int64)
     offsets[1:] = np.cumsum(counts)[:-1]
     return digits, counts, offsets

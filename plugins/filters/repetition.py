@@ -101,6 +101,8 @@ def _candidates(
                 continue
             k = nxt[i]
             while k >= 0 and k - i <= max_len + 1 + widest:
+                if threshold >= 2 and nxt[k] < 0:
+                    break  # k is the gram's last occurrence: no room for a second repeat
                 low = max(min_len, k - i - run[k])
                 high = min(max_len + 1, k - i)
                 for size in range(low, high + 1):

@@ -36,9 +36,9 @@ class TerminalPunctuationFilter(ArrayFilter):
         s, t = (c.count_codes(MARKS) for c in block.columns)
         penalty = np.abs(s - t) + np.maximum(s - 1, 0) + np.maximum(t - 1, 0)
         # math.log, not np.log: the scores are OpusFilter's to the last bit.
-        values, inverse = np.unique(penalty, return_inverse=True)
-        table = np.array([-math.log(int(v) + 1) for v in values], dtype=np.float64)
-        return table[inverse.reshape(-1)] if len(values) else np.zeros(0)
+        top = int(penalty.max(initial=0))
+        table = np.array([-math.log(v + 1) for v in range(top + 1)], dtype=np.float64)
+        return table[penalty]
 
     def accept_block(self, scores: np.ndarray) -> np.ndarray:
         return np.asarray(scores, dtype=np.float64) >= self.config.threshold
