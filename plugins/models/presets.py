@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mtcore.plugin import Model, PluginConfig
@@ -106,9 +107,21 @@ def _architecture(settings: dict[str, Any]) -> Callable[[Any], None]:
     return apply
 
 
+USER_DIR = Path(__file__).resolve().parent / "user_dir" / "mtcore_fairseq"
+
+
+def user_dir() -> str:
+    """A fairseq ``--user-dir`` that registers every mtcore architecture and criterion, for plain
+    ``fairseq-train`` / ``fairseq-generate`` in a fresh process."""
+    return str(USER_DIR)
+
+
 class TransformerPresets(Model):
-    """Registers the ``mtcore_transformer_*`` architectures (fairseq model ``transformer``).
-    Idempotent: fairseq refuses a second registration of a name, so known names are skipped."""
+    """Registers the ``mtcore_transformer_*`` architectures (fairseq model ``transformer``) and
+    the papers' plain-Transformer presets (Xiaomi, Yishu, HW-TSC). Being the default ``models``
+    of the train and translate steps, it also registers every other mtcore architecture and the
+    R-Drop criterion, so any ``mtcore_*`` arch works without listing its plugin. Idempotent:
+    fairseq refuses a second registration of a name, so known names are skipped."""
 
     name = "transformer_presets"
 
@@ -116,12 +129,24 @@ class TransformerPresets(Model):
         """No settings: the presets are fixed."""
 
     def register(self) -> None:
+        from mtcore_plugins.models.zoo import register_everything
+
+        register_everything()
+
+    @staticmethod
+    def register_own() -> None:
+        """Only the ``mtcore_transformer_*`` and NT5 Table 4 presets of this module."""
         from fairseq.models import ARCH_MODEL_REGISTRY, register_model_architecture
 
         for arch, settings in PRESETS.items():
             if arch not in ARCH_MODEL_REGISTRY:
                 register_model_architecture("transformer", arch)(_architecture(settings))
 
+    def user_dir(self) -> str:
+        return user_dir()
+
     @staticmethod
     def architectures() -> list[str]:
-        return sorted(PRESETS)
+        from mtcore_plugins.models.zoo import of_family
+
+        return sorted([*PRESETS, *of_family("transformer_presets")])
