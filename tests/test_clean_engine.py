@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import regex
+from pydantic import ValidationError
 
-from mtcore.errors import DataError
+from mtcore.errors import DataError, PluginError
 from mtcore.filtering import (
     KEPT,
     Chain,
@@ -474,19 +475,19 @@ ODD_PAIRS = [
     ("<b>%s</b> &amp; {0}", "<b>%s</b>\uff06{0}"),  # markup, entities, placeholders
     ("\uff11\uff12\uff13 \uff14", "123 4"),  # full-width digits
 ]
-NEEDS_RESOURCES = {"overlap", "lm"}  # exercised in their own tests with real artifacts
-
-
-def filter_names(registry):
-    return [n for n in registry.names("filters") if n not in NEEDS_RESOURCES]
 
 
 def test_every_filter_scores_odd_input_consistently(registry):
     block = TextBlock.from_pairs(ODD_PAIRS, LANGS)
-    for name in filter_names(registry):
+    tried = 0
+    for name in registry.names("filters"):
         cls = registry.load("filters", name)
-        plugin = cls.from_dict({})
-        plugin.setup(LANGS)
+        try:
+            plugin = cls.from_dict({})
+            plugin.setup(LANGS)
+        except (PluginError, ValidationError):
+            continue  # needs settings or another step's artifact: tested with them elsewhere
+        tried += 1
         if cls.stateful:
             scores = plugin.score(ODD_PAIRS)
             assert len(scores) == len(ODD_PAIRS), name
@@ -498,3 +499,4 @@ def test_every_filter_scores_odd_input_consistently(registry):
             continue
         one_by_one = [plugin.accept(plugin.score([pair])[0]) for pair in ODD_PAIRS]
         assert by_block.tolist() == one_by_one, name
+    assert tried >= 20  # the default-constructible filters really ran

@@ -576,6 +576,46 @@ def test_tiny_preset_trains_reloads_and_decodes(
     model = train(enja_data, tmp_path, arch, [family], [])
     assert Artifact.open(model).meta["arch"] == arch
     assert len(generate(enja_data, model / "checkpoint.pt")) == VALID_LINES
+    # Through mtcore too: the translate step, in-process, one output line per input line (a
+    # 6-update model may well output nothing yet: the plumbing is what is checked here).
+    assert len(translate(enja_data, model, tmp_path / "translate")) == VALID_LINES
+    # Resume: fairseq-train stopped at 3 updates, then restarted to 6, reloads its own
+    # checkpoint_last.pt (every parameter and buffer of the architecture) and goes on.
+    assert resumed_update(enja_data, tmp_path / "resume", arch, family) == 3
+
+
+def translate(data: Path, model: Path, work: Path) -> list[str]:
+    from mtcore_plugins.steps.translate import TranslateStep
+
+    root = data.parent.parent  # enja_data: <root>/bin/data; corpora and spm beside it
+    ctx = make_ctx(work, "translate", model=model, corpus=root / "dev", spm=root / "spm" / "model")
+    TranslateStep.from_dict({"src": "en", "tgt": "ja", "beam": 2, "max_len_b": 8}).run(ctx)
+    corpus = next(p for p in sorted(work.rglob("*.ja")) if p.is_file())
+    return corpus.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def resumed_update(data: Path, work: Path, arch: str, family: str) -> int:
+    from mtcore_plugins.steps.train import LOADED, TrainStep
+
+    save_dir = work / "checkpoints"
+    work.mkdir(parents=True, exist_ok=True)
+    meta = Artifact.open(data).meta
+    for updates in (3, 6):
+        config = {**TRAIN, "arch": arch, "models": [family], "max_update": updates}
+        step = TrainStep.from_dict(config)
+        log = work / f"train-{updates}.log"
+        with open(log, "w", encoding="utf-8") as handle:
+            done = subprocess.run(
+                step.command(data, meta, save_dir, None, [family]),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                timeout=600,
+                check=False,
+            )
+        assert done.returncode == 0, log.read_text(encoding="utf-8")[-3000:]
+    found = [m for m in map(LOADED.search, log.read_text(encoding="utf-8").splitlines()) if m]
+    assert found and found[-1].group(1).endswith("checkpoint_last.pt")
+    return int(found[-1].group(3))
 
 
 @pytest.mark.slow

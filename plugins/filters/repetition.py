@@ -70,20 +70,20 @@ def _candidates(
     table_pos = np.zeros(cap, dtype=np.int64)
     table_line = np.full(cap, -1, dtype=np.int64)  # which line wrote the slot: no resets
     nxt = np.full(len(codes), -1, dtype=np.int64)
-    run = np.zeros(len(codes) + 1, dtype=np.int64)  # run[x + 1]: spaces ending at x
     for line in range(len(starts)):
         start, end = starts[line], ends[line]
         if end - start < min_len * (threshold + 1):
             continue
-        size_mask = 16
-        while size_mask < 2 * (end - start) + 2:
-            size_mask *= 2
-        size_mask -= 1
+        size_mask = cap - 1
         widest = 0
-        run[start] = 0
+        r = 0
         for x in range(start, end):
-            run[x + 1] = run[x] + 1 if codes[x] == SPACE else 0
-            widest = max(widest, run[x + 1])
+            if codes[x] == SPACE:
+                r += 1
+                if r > widest:
+                    widest = r
+            else:
+                r = 0
         for x in range(end - gram, start - 1, -1):
             key = np.int64(codes[x])
             if gram == 2:
@@ -103,7 +103,10 @@ def _candidates(
             while k >= 0 and k - i <= max_len + 1 + widest:
                 if threshold >= 2 and nxt[k] < 0:
                     break  # k is the gram's last occurrence: no room for a second repeat
-                low = max(min_len, k - i - run[k])
+                spaces = 0
+                while k - spaces - 1 >= start and codes[k - spaces - 1] == SPACE:
+                    spaces += 1
+                low = max(min_len, k - i - spaces)
                 high = min(max_len + 1, k - i)
                 for size in range(low, high + 1):
                     if i + size * (threshold + 1) > end:
