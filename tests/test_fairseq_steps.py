@@ -166,6 +166,38 @@ def test_binarize_keeps_every_line(binarized, corpora: dict[str, Path]) -> None:
     assert "Wrote preprocessed data" in (data / "binarize.log").read_text()
 
 
+def test_binarize_reuses_a_given_dictionary(
+    binarized, corpora: dict[str, Path], spm_model: Path, tmp_path: Path
+) -> None:
+    """Fine-tuning data binarized on its own would get its own dictionary; with the parent's
+    as input it indexes tokens exactly as the parent does, whatever it contains."""
+    data, _ = binarized
+    ctx = make_ctx(
+        tmp_path,
+        "binarize",
+        train=corpora["valid"],
+        valid=corpora["valid"],
+        spm=spm_model,
+        dictionary=data,
+    )
+    BinarizeStep.from_dict({"src": "en", "tgt": "ja"}).run(ctx)
+    for lang in ("en", "ja"):
+        assert (tmp_path / "data" / f"dict.{lang}.txt").read_bytes() == (
+            data / "dict.en.txt"
+        ).read_bytes()
+    alone = make_ctx(
+        tmp_path / "alone",
+        "binarize",
+        train=corpora["valid"],
+        valid=corpora["valid"],
+        spm=spm_model,
+    )
+    BinarizeStep.from_dict({"src": "en", "tgt": "ja"}).run(alone)
+    assert (tmp_path / "alone" / "data" / "dict.en.txt").read_bytes() != (
+        data / "dict.en.txt"
+    ).read_bytes()
+
+
 def test_binarize_rejects_missing_language(
     corpora: dict[str, Path], spm_model: Path, tmp_path: Path
 ) -> None:

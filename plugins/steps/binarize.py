@@ -29,11 +29,20 @@ class BinarizeConfig(PluginConfig):
 
 class BinarizeStep(Step):
     """``train``/``valid`` corpora -> fairseq binary data with one joined dictionary. Every input
-    line becomes exactly one example (an empty line becomes an empty, EOS-only example)."""
+    line becomes exactly one example (an empty line becomes an empty, EOS-only example).
+
+    The optional ``dictionary`` input (another binarize step's data, or a trained model) reuses
+    its dictionary instead of building one: fine-tuning data (NT5 §4.3, HW-TSC's trusted set)
+    must index tokens exactly as the model being fine-tuned does."""
 
     name = "binarize"
     Config = BinarizeConfig
-    inputs: ClassVar[dict[str, bool]] = {"train": True, "valid": True, "spm": True}
+    inputs: ClassVar[dict[str, bool]] = {
+        "train": True,
+        "valid": True,
+        "spm": True,
+        "dictionary": False,
+    }
     outputs: ClassVar[tuple[str, ...]] = ("data",)
 
     def run(self, ctx: StepContext) -> None:
@@ -41,7 +50,8 @@ class BinarizeStep(Step):
         encoded = ctx.scratch("encoded")
         lines = {split: self._encode(ctx, split, processor, encoded) for split in SPLITS}
         out = ctx.output("data")
-        self._preprocess(encoded, out)
+        given = ctx.inputs.get("dictionary")
+        self._preprocess(encoded, out, None if given is None else self._dictionary(given.path))
         for split, count in lines.items():
             for lang in (self.config.src, self.config.tgt):
                 found = mmap_length(out / f"{split}.{self.config.src}-{self.config.tgt}.{lang}.idx")
@@ -88,7 +98,17 @@ class BinarizeStep(Step):
             )
         return corpus.langs.index(lang)
 
-    def _preprocess(self, encoded: Path, out: Path) -> None:
+    def _dictionary(self, path: Path) -> Path:
+        for lang in (self.config.src, self.config.tgt):
+            found = path / f"dict.{lang}.txt"
+            if found.exists():
+                return found
+        raise DataError(
+            f"binarize: the dictionary input {path} has no dict.{self.config.src}.txt or "
+            f"dict.{self.config.tgt}.txt (connect a binarize step's data or a trained model)"
+        )
+
+    def _preprocess(self, encoded: Path, out: Path, dictionary: Path | None) -> None:
         c = self.config
         cmd = [
             sys.executable,
@@ -110,6 +130,8 @@ class BinarizeStep(Step):
             "--workers",
             str(c.workers),
         ]
+        if dictionary is not None:  # with --joined-dictionary it serves both sides
+            cmd += ["--srcdict", str(dictionary)]
         run_logged(cmd, out / "binarize.log", "fairseq-preprocess")
 
 

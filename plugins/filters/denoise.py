@@ -1,0 +1,138 @@
+"""Clean-vs-noisy denoise score (HW-TSC §2.3, eq. 1, after Wang et al. 2018):
+
+    score = (log P(y|x; θ_clean) - log P(y|x; θ_noisy)) / |y|
+
+θ_noisy is a model trained on the (noisy) corpus, θ_clean the same model fine-tuned on a small
+trusted set (a train step with ``init: <noisy model>`` on the trusted data). "Higher score
+means higher quality": the fine-tuning raised the pair's probability. Data rejuvenation
+(HW-TSC §3.5) drops the lowest 10-20 % by this score and continues training on the rest (see
+docs/selection.md).
+
+Each pair is force-decoded by both models in-process (fairseq's ``SequenceScorer``, batched by
+length, models loaded once per worker). ``|y|`` counts the target's SentencePiece tokens plus
+the end-of-sentence token, the positions the model predicts; log is natural. A pair longer than
+the models' positions scores NaN (fails the threshold, ranks last). Both models must share
+their dictionaries (a fine-tuned model does) and translate ``source`` -> the other language.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from mtcore.errors import PluginError
+from mtcore.plugin import NOT_IDENTITY, Filter, Pair, PluginConfig
+from mtcore_plugins.filters import _nmt
+
+
+class DenoiseConfig(PluginConfig):
+    clean: str = Field(
+        "clean", min_length=1, description="step input role of θ_clean (the fine-tuned model)"
+    )
+    noisy: str = Field(
+        "noisy", min_length=1, description="step input role of θ_noisy (the base model)"
+    )
+    spm: str = Field(
+        "spm", min_length=1, description="step input role of the models' SentencePiece model"
+    )
+    source: str | None = Field(
+        None, description="the models' source language; the corpus' first language when unset"
+    )
+    min_score: float | None = Field(
+        None,
+        description="lowest score kept; unset keeps every pair (HW-TSC §3.5 ranks instead: "
+        "`keep: {top_fraction: 0.85}` or a select step)",
+    )
+    batch_size: int = Field(
+        64, ge=1, le=100_000, description="pairs per forward pass", json_schema_extra=NOT_IDENTITY
+    )
+    max_tokens: int = Field(
+        8192,
+        ge=16,
+        le=10_000_000,
+        description="source + target tokens per forward pass",
+        json_schema_extra=NOT_IDENTITY,
+    )
+    threads: int = Field(
+        1, ge=1, le=256, description="torch threads per worker", json_schema_extra=NOT_IDENTITY
+    )
+
+
+class DenoiseFilter(Filter):
+    """Score: per-token log-probability gain of the clean model over the noisy one (nats)."""
+
+    name = "denoise"
+    Config = DenoiseConfig
+    higher_is_better = True
+
+    def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
+        super().setup(langs, resources)
+        config = self.config
+        assert isinstance(config, DenoiseConfig)
+        if len(langs) != 2:
+            raise PluginError(f"filter 'denoise' scores pairs; the corpus has {list(langs)}")
+        self.src = config.source if config.source is not None else langs[0]
+        if self.src not in langs:
+            raise PluginError(
+                f"filter 'denoise': source {self.src!r} is not a corpus language ({list(langs)})"
+            )
+        self.tgt = langs[1 - langs.index(self.src)]
+        self.models = {role: self.resource(role) for role in (config.clean, config.noisy)}
+        self.spm_dir = self.resource(config.spm)
+        for role, folder in self.models.items():
+            meta = _nmt.model_meta(folder, role, self.name)
+            if (meta.get("src"), meta.get("tgt")) != (self.src, self.tgt):
+                raise PluginError(
+                    f"filter 'denoise': model {role!r} ({folder}) translates "
+                    f"{meta.get('src')}->{meta.get('tgt')}, not {self.src}->{self.tgt} (set source)"
+                )
+        self._check_same_dictionaries()
+
+    def _check_same_dictionaries(self) -> None:
+        from mtcore_plugins.steps.checkpoints import first_difference
+
+        config = self.config
+        assert isinstance(config, DenoiseConfig)
+        clean, noisy = self.models[config.clean], self.models[config.noisy]
+        for lang in (self.src, self.tgt):
+            difference = first_difference(noisy / f"dict.{lang}.txt", clean / f"dict.{lang}.txt")
+            if difference:
+                raise PluginError(
+                    f"filter 'denoise': the clean and noisy models' dictionaries differ "
+                    f"({difference}); fine-tune the clean model from the noisy one (train `init`)"
+                )
+
+    def log_probs(self, role: str, batch: Sequence[Pair]) -> tuple[np.ndarray, np.ndarray]:
+        """(log P(y|x), |y|) of every pair under the model connected to ``role``."""
+        config = self.config
+        assert isinstance(config, DenoiseConfig)
+        folder = self.models[role]
+        translator = _nmt.translator(folder, self.spm_dir, self.src, self.tgt, config.threads)
+        s, t = self.langs.index(self.src), self.langs.index(self.tgt)
+        reverse = _nmt.model_meta(folder, role, self.name).get("direction") == "r2l"
+        sources = _nmt.encode(translator, [p[s] for p in batch], "src")
+        targets = _nmt.encode(translator, [p[t] for p in batch], "tgt", reverse=reverse)
+        values = _nmt.log_probs(translator, sources, targets, config.batch_size, config.max_tokens)
+        return values, np.array([len(y) for y in targets], dtype=np.float64)
+
+    def score(self, batch: Sequence[Pair]) -> list[float]:
+        if not batch:
+            return []
+        config = self.config
+        assert isinstance(config, DenoiseConfig)
+        clean, length = self.log_probs(config.clean, batch)
+        noisy, _ = self.log_probs(config.noisy, batch)
+        scores: list[float] = ((clean - noisy) / length).tolist()
+        return scores
+
+    def accept(self, score: Any) -> bool:
+        config = self.config
+        assert isinstance(config, DenoiseConfig)
+        if config.min_score is None:
+            return True
+        return bool(math.isfinite(score) and score >= config.min_score)

@@ -1,0 +1,170 @@
+"""Selects pairs of a corpus by the scores a ``score`` step wrote for it: a threshold, a top k,
+a top fraction or a percentile band over one score column or a weighted sum of columns.
+
+The cut is :func:`mtcore.filtering.ranked_cut`, the one the clean step's ``keep`` rules use:
+ties at a top-k/fraction boundary go to the earlier pair, so counts are exact; a NaN score
+(a pair a scorer could not score) fails every threshold and ranks last. Kept pairs are written
+in corpus order, their bytes cut out of the input files unchanged.
+
+Union of selections (NT5 §3.3 joins its Moore-Lewis and kNN selections): a ``concat`` of the
+selected corpora followed by ``clean`` with ``dedup`` (``key: pair``) keeps the first
+occurrence of every pair, which is the deduplicated union; no step of its own is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from mtcore.corpus import Corpus, CorpusWriter
+from mtcore.errors import DataError
+from mtcore.filtering import KeepSpec, ranked_cut
+from mtcore.plugin import PluginConfig
+from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.textblock import BlockReader
+from mtcore_plugins.steps.score import SCORES_FILE, read_scores
+
+SHARD = 100_000  # pairs per block when writing the kept lines
+
+
+class SelectConfig(PluginConfig):
+    column: str | None = Field(
+        None, min_length=1, description="score column to rank by (a header of the scores table)"
+    )
+    weights: dict[str, float] | None = Field(
+        None,
+        min_length=1,
+        description="rank by the weighted sum of these columns instead of one `column`",
+    )
+    direction: Literal["higher", "lower"] = Field(
+        description="which scores are better. Required: a score table holds raw filter scores, "
+        "and for some filters (lm in combined mode: perplexity) lower is better although the "
+        "filter ranks the other way"
+    )
+    threshold: float | None = Field(
+        None,
+        description="keep pairs scoring at least this (direction higher) or at most this "
+        "(lower); applied before any rank rule",
+    )
+    top_k: int | None = Field(None, ge=1, description="keep this many pairs, best first")
+    top_fraction: float | None = Field(
+        None, gt=0, le=1, description="keep this fraction of the pairs, best first"
+    )
+    percentile: tuple[float, float] | None = Field(
+        None, description="keep pairs whose score lies in this [low, high] percentile band"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SelectConfig:
+        if (self.column is None) == (self.weights is None):
+            raise ValueError("give exactly one of column, weights")
+        rules = [n for n in ("top_k", "top_fraction", "percentile") if getattr(self, n) is not None]
+        if len(rules) > 1:
+            raise ValueError(f"give at most one of top_k, top_fraction, percentile (got {rules})")
+        if not rules and self.threshold is None:
+            raise ValueError(
+                "give a threshold, a rank rule (top_k, top_fraction, percentile), or both"
+            )
+        if rules:
+            self.keep_spec()  # validates the percentile band
+        return self
+
+    def keep_spec(self) -> KeepSpec | None:
+        values = {
+            n: getattr(self, n)
+            for n in ("top_k", "top_fraction", "percentile")
+            if getattr(self, n) is not None
+        }
+        return KeepSpec.model_validate(values) if values else None
+
+
+class SelectStep(Step):
+    """Outputs ``corpus`` (the kept pairs, in corpus order) and ``scores`` (their rows of the
+    score table, same header). Counts ``pairs_in``, ``pairs_out``, ``dropped.threshold`` and
+    ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
+
+    name = "select"
+    Config = SelectConfig
+    config: SelectConfig
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": True}
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
+
+    def run(self, ctx: StepContext) -> None:
+        corpus = Corpus.open(ctx.inputs["corpus"].path)
+        scores = ctx.inputs["scores"]
+        if scores.type != "scores":
+            raise DataError(
+                f"{ctx.step_id}: input scores ({scores.path}) is not a score step's output "
+                f"(artifact type {scores.type!r})"
+            )
+        header, table = read_scores(scores.path)
+        total = corpus.count()
+        if len(table) != total:
+            raise DataError(
+                f"{ctx.step_id}: {scores.path / SCORES_FILE} has {len(table)} rows but the corpus "
+                f"{corpus.path} has {total} pairs: score the same corpus you select from"
+            )
+        keys = self.keys(header, table, ctx.step_id)
+        keep = self.cut(keys, ctx)
+        self._write(ctx, corpus, keep)
+        write_scores(ctx.output("scores"), header, table[keep])
+        ctx.stats.add("pairs_in", total)
+        ctx.stats.add("pairs_out", int(keep.sum()))
+        if keep.any():
+            kept = keys[keep]
+            worst = kept.min() if self.config.direction == "higher" else kept.max()
+            ctx.metrics["cut_score"] = float(worst)
+
+    def keys(self, header: list[str], table: np.ndarray, where: str) -> np.ndarray:
+        """One number per pair: the chosen column or the weighted sum of columns."""
+        weights = self.config.weights or {str(self.config.column): 1.0}
+        missing = [c for c in weights if c not in header]
+        if missing:
+            raise DataError(
+                f"{where}: score columns {missing} are not in the scores table (columns: "
+                f"{', '.join(header)})"
+            )
+        keys = np.zeros(len(table))
+        for column, weight in weights.items():
+            keys += weight * table[:, header.index(column)]
+        return keys
+
+    def cut(self, keys: np.ndarray, ctx: StepContext) -> np.ndarray:
+        """Which pairs are kept: the threshold first, then the rank rule on the survivors."""
+        config = self.config
+        higher = config.direction == "higher"
+        keep = ~np.isnan(keys)
+        if config.threshold is not None:
+            with np.errstate(invalid="ignore"):
+                keep &= keys >= config.threshold if higher else keys <= config.threshold
+        else:
+            keep[:] = True  # NaN keys still rank last under a rank rule
+        ctx.stats.add("dropped.threshold", int((~keep).sum()))
+        spec = config.keep_spec()
+        if spec is not None:
+            alive = np.flatnonzero(keep)
+            ranked = ranked_cut(keys[alive], spec, higher)
+            keep[alive[~ranked]] = False
+            ctx.stats.add("dropped.rank", int((~ranked).sum()))
+        return keep
+
+    @staticmethod
+    def _write(ctx: StepContext, corpus: Corpus, keep: np.ndarray) -> None:
+        with CorpusWriter(ctx.output("corpus"), corpus.langs) as writer:
+            start = 0
+            for raw in BlockReader(corpus.files(), SHARD):
+                mask = keep[start : start + raw.count]
+                sides = [raw.kept_bytes(side, mask) for side in range(len(raw.raws))]
+                writer.write_raw(sides, int(mask.sum()))
+                start += raw.count
+
+
+def write_scores(out: Any, header: list[str], table: np.ndarray) -> None:
+    """A score table in the score step's format (so that selections can be chained)."""
+    with open(out / SCORES_FILE, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write("\t".join(header) + "\n")
+        if len(table):
+            np.savetxt(handle, table, fmt="%.9g", delimiter="\t")
+    write_artifact_meta(out, type="scores", columns=header, lines=len(table))
