@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mtcore.errors import PluginError, RecipeError
 from mtcore.overrides import apply_set, deep_merge, interpolate, parse_set
@@ -25,9 +25,26 @@ _DIRECTION = re.compile(r"^[a-z]{2,3}-[a-z]{2,3}$")
 
 
 class ExecutorSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """``executor:`` of a recipe: the plugin ``name`` and its settings (``workers`` and any other
+    key the plugin's ``Config`` takes, checked against it by :func:`build_recipe`). A bare
+    string names the plugin (``--set executor=ray``). Executor settings say where steps run,
+    never what they compute, so they are part of no step's hash."""
+
+    model_config = ConfigDict(extra="allow")
     name: str = Field("local", description="executor plugin name")
     workers: int | None = Field(None, ge=1, le=1024, description="parallel workers; default: cores")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    def settings(self) -> dict[str, Any]:
+        """The plugin's settings: every key but ``name``, ``workers`` only when given."""
+        values = dict(self.model_extra or {})
+        if self.workers is not None:
+            values["workers"] = self.workers
+        return values
 
 
 class RecipeHead(BaseModel):
@@ -137,6 +154,7 @@ def build_recipe(
     for i, direction in enumerate(head.directions):
         if not _DIRECTION.match(direction):
             problems.append(f"directions.{i}: {direction!r} is not a direction like 'en-ja'")
+    _check_executor(head.executor, registry, problems)
     steps: dict[str, StepSpec] = {}
     for name, entry in head.data.items():
         spec = _data_step(name, entry, registry, problems)
@@ -155,6 +173,19 @@ def build_recipe(
     if problems:
         raise RecipeError(problems, source)
     return Recipe(path, head.name, chosen, head, resolved, steps)
+
+
+def _check_executor(spec: ExecutorSpec, registry: Registry, problems: list[str]) -> None:
+    """The executor plugin exists, takes these settings and can be built here (an executor
+    starts its workers on first use, so building one is cheap; a missing optional dependency
+    is reported now, before any step runs)."""
+    cls = _load(registry, "executors", spec.name, "executor.name", problems)
+    if cls is None or _validate_config(cls, spec.settings(), "executor", problems):
+        return
+    try:
+        cls.from_dict(spec.settings())
+    except PluginError as exc:
+        problems.append(f"executor.name: {exc}")
 
 
 def _data_step(

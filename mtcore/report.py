@@ -1,12 +1,32 @@
-"""``report.md`` in the workdir: what ran, what was cached, counts, timings and scores."""
+"""``report.md`` in the workdir: what ran, what was cached, counts, timings and scores; the
+scores again as a table per direction and, when matplotlib is installed, ``scores.png``."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mtcore.recipe import Recipe
     from mtcore.runner import RunResult
+
+log = logging.getLogger(__name__)
+PLOT_FILE = "scores.png"
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """One metric of one evaluate-like step (any step whose manifest metrics carry a
+    signature); ``direction`` is the step's own (``en-ja``) or, failing that, the step id."""
+
+    step: str
+    direction: str
+    metric: str
+    score: float
+    signature: str
+    higher_is_better: bool
 
 
 def _counts(manifest: dict[str, Any]) -> str:
@@ -21,7 +41,98 @@ def _counts(manifest: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def render_report(recipe: Recipe, result: RunResult) -> str:
+def score_rows(result: RunResult) -> list[ScoreRow]:
+    rows = []
+    for item in result.results:
+        for name, value in item.manifest.get("metrics", {}).items():
+            if isinstance(value, dict) and "signature" in value:
+                rows.append(
+                    ScoreRow(
+                        item.planned.id,
+                        str(value.get("direction") or item.planned.id),
+                        name,
+                        float(value["score"]),
+                        str(value["signature"]),
+                        bool(value.get("higher_is_better", True)),
+                    )
+                )
+    return rows
+
+
+def _code(text: str) -> str:
+    """A signature as inline code in a table cell: its pipes escaped, or they split the cell."""
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def _label(row: ScoreRow, rows: list[ScoreRow]) -> str:
+    """The direction, with the step id where two steps evaluate the same direction."""
+    steps = {r.step for r in rows if r.direction == row.direction}
+    return row.direction if len(steps) == 1 else f"{row.direction} ({row.step})"
+
+
+def direction_table(rows: list[ScoreRow]) -> list[str]:
+    """Markdown: a row per (direction, step), a column per metric, then each signature."""
+    metrics = list(dict.fromkeys(r.metric for r in rows))
+    keys = list(dict.fromkeys((r.direction, r.step) for r in rows))
+    cell = {(r.direction, r.step, r.metric): r.score for r in rows}
+    lines = [
+        "| direction | step | " + " | ".join(metrics) + " |",
+        "|---|---|" + "---:|" * len(metrics),
+    ]
+    for direction, step in keys:
+        values = [cell.get((direction, step, m)) for m in metrics]
+        shown = ["" if v is None else f"{v:.2f}" for v in values]
+        lines.append(f"| {direction} | {step} | " + " | ".join(shown) + " |")
+    lines += ["", "| metric | directions | signature |", "|---|---|---|"]
+    signatures: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        signatures.setdefault((r.metric, r.signature), []).append(r.direction)
+    for (metric, signature), directions in signatures.items():
+        shown_dirs = ", ".join(dict.fromkeys(directions))
+        lines.append(f"| {metric} | {shown_dirs} | {_code(signature)} |")
+    return lines
+
+
+def write_plot(rows: list[ScoreRow], path: Path, title: str) -> bool:
+    """A bar chart per metric, a bar per direction. False (and a logged note) when
+    matplotlib is not installed: the report then has the tables only."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, never a display
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.info("matplotlib is not installed: %s has no plot (pip install matplotlib)", path)
+        return False
+    metrics = list(dict.fromkeys(r.metric for r in rows))
+    keys = list(dict.fromkeys((r.direction, r.step) for r in rows))
+    labels = [_label(next(r for r in rows if (r.direction, r.step) == k), rows) for k in keys]
+    fig, axes = plt.subplots(
+        1,
+        len(metrics),
+        figsize=(3.2 * len(metrics) + 1.5, 0.5 * len(keys) + 1.8),
+        sharey=True,
+        squeeze=False,
+    )
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        mine = {(r.direction, r.step): r for r in rows if r.metric == metric}
+        where = [i for i, k in enumerate(keys) if k in mine]
+        bars = ax.barh(where, [mine[keys[i]].score for i in where], color="#4472c4", height=0.6)
+        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+        better = "higher" if next(iter(mine.values())).higher_is_better else "lower"
+        ax.set_title(f"{metric} ({better} is better)", fontsize=10)
+        ax.margins(x=0.25)
+    axes[0][0].set_yticks(range(len(keys)), labels)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def render_report(recipe: Recipe, result: RunResult, plot: str | None = None) -> str:
+    """The report's text; ``plot`` names the PNG written beside it, if any."""
     lines = [
         f"# {recipe.name}" + (f" — profile `{recipe.profile}`" if recipe.profile else ""),
         "",
@@ -40,13 +151,8 @@ def render_report(recipe: Recipe, result: RunResult) -> str:
             f"| {item.planned.id} | {item.planned.spec.kind} | {item.status} | "
             f"{m.get('seconds', 0):.1f} | {_counts(m)} |"
         )
-    scores = [
-        (item.planned.id, name, value)
-        for item in result.results
-        for name, value in item.manifest.get("metrics", {}).items()
-        if isinstance(value, dict) and "signature" in value
-    ]
-    if scores:
+    rows = score_rows(result)
+    if rows:
         lines += [
             "",
             "## Scores",
@@ -54,8 +160,14 @@ def render_report(recipe: Recipe, result: RunResult) -> str:
             "| step | metric | score | signature |",
             "|---|---|---:|---|",
         ]
-        for step_id, name, value in scores:
-            lines.append(f"| {step_id} | {name} | {value['score']:.2f} | `{value['signature']}` |")
+        for row in rows:
+            lines.append(
+                f"| {row.step} | {row.metric} | {row.score:.2f} | {_code(row.signature)} |"
+            )
+        lines += ["", "## Scores by direction", "", *direction_table(rows), ""]
+        lines.append(
+            f"![scores by direction]({plot})" if plot else "(No plot: matplotlib is not installed.)"
+        )
     lines += [
         "",
         f"Step outputs: `steps/<id>-<hash>/` with `manifest.json`. Log: `{result.log_file}`.",
@@ -65,4 +177,8 @@ def render_report(recipe: Recipe, result: RunResult) -> str:
 
 
 def write_report(recipe: Recipe, result: RunResult) -> None:
-    (result.workdir / "report.md").write_text(render_report(recipe, result), encoding="utf-8")
+    rows = score_rows(result)
+    path = result.workdir / PLOT_FILE
+    path.unlink(missing_ok=True)  # a plot of an earlier run must not pass for this one's
+    plot = PLOT_FILE if rows and write_plot(rows, path, recipe.name) else None
+    (result.workdir / "report.md").write_text(render_report(recipe, result, plot), encoding="utf-8")

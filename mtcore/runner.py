@@ -98,8 +98,7 @@ def run_log(workdir: Path) -> Iterator[Path]:
 def make_executor(recipe: Recipe, registry: Registry) -> Executor:
     spec = recipe.head.executor
     cls = registry.load("executors", spec.name)
-    values = {"workers": spec.workers} if spec.workers is not None else {}
-    executor = cls.from_dict(values)
+    executor = cls.from_dict(spec.settings())
     assert isinstance(executor, Executor)
     return executor
 

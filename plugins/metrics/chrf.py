@@ -20,6 +20,7 @@ class ChrfConfig(PluginConfig):
 class ChrfMetric(Metric):
     name = "chrf"
     Config = ChrfConfig
+    config: ChrfConfig
 
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:
         from sacrebleu.metrics import CHRF

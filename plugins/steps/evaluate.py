@@ -9,8 +9,8 @@ from pydantic import Field
 
 from mtcore.corpus import Corpus
 from mtcore.errors import StepError
-from mtcore.metrics import build_metrics, check_lengths, evaluate
-from mtcore.plugin import PluginConfig
+from mtcore.metrics import Score, build_metrics, check_lengths
+from mtcore.plugin import Metric, PluginConfig
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
@@ -18,17 +18,39 @@ from mtcore.step import Step, StepContext, write_artifact_meta
 
 class EvaluateConfig(PluginConfig):
     metrics: list[str | dict[str, Any]] = Field(
-        default_factory=lambda: ["bleu", "chrf"], description="metric names or {name, settings}"
+        default_factory=lambda: list[str | dict[str, Any]](["bleu", "chrf"]),
+        description="metric names or {name, settings}",
     )
     lang: str | None = Field(None, description="target language; default: the hypothesis language")
+    src: str | None = Field(
+        None,
+        description="source language (names the direction in the report; its column feeds "
+        "metrics that read the source, COMET); default: the reference corpus' other language",
+    )
+
+
+def score_all(
+    metrics: list[Metric], hyps: list[str], refs: list[list[str]], lang: str, sources: Any
+) -> list[tuple[Metric, Score]]:
+    """Each metric's score; metrics that declare ``needs_source`` also get the sources."""
+    out = []
+    for metric in metrics:
+        if getattr(metric, "needs_source", False):
+            score = metric.corpus_score(hyps, refs, lang, sources=sources)  # type: ignore[call-arg]
+        else:
+            score = metric.corpus_score(hyps, refs, lang)
+        out.append((metric, score))
+    return out
 
 
 class EvaluateStep(Step):
     """``hyp`` is a monolingual corpus; each ``ref`` corpus contributes its column in the
-    target language. Scores land in ``scores.json`` and in the manifest's metrics."""
+    target language. Scores land in ``scores.json`` and in the manifest's metrics, each with
+    its signature and the direction (``en-ja``) the report groups by."""
 
     name = "evaluate"
     Config = EvaluateConfig
+    config: EvaluateConfig
     inputs: ClassVar[dict[str, bool]] = {"hyp": True, "ref": True}
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 
@@ -40,6 +62,17 @@ class EvaluateStep(Step):
             ("metrics", e if isinstance(e, str) else str(e["name"])) for e in self.config.metrics
         ]
 
+    def _source_lang(self, ctx: StepContext, ref_langs: tuple[str, ...], lang: str) -> str | None:
+        if self.config.src is not None:
+            if self.config.src not in ref_langs:
+                raise StepError(
+                    f"{ctx.step_id}: src {self.config.src!r} is not a language of the reference "
+                    f"corpus {list(ref_langs)}"
+                )
+            return self.config.src
+        others = [x for x in ref_langs if x != lang]
+        return others[0] if len(others) == 1 else None
+
     def run(self, ctx: StepContext) -> None:
         hyp_corpus = Corpus.open(ctx.inputs["hyp"].path)
         lang = self.config.lang or hyp_corpus.langs[0]
@@ -48,16 +81,36 @@ class EvaluateStep(Step):
             raise StepError(
                 f"{ctx.step_id}: reference corpus has languages {ref_corpus.langs}, not {lang!r}"
             )
+        src = self._source_lang(ctx, ref_corpus.langs, lang)
         column = ref_corpus.langs.index(lang)
+        pairs = list(ref_corpus)
         hyps = [pair[0] for pair in hyp_corpus]
-        refs = [[pair[column] for pair in ref_corpus]]
+        refs = [[pair[column] for pair in pairs]]
         check_lengths(hyps, refs, [str(ref_corpus.file(lang))])
-        scores = evaluate(build_metrics(ctx.registry, self.config.metrics), hyps, refs, lang)
+        sources = None if src is None else [p[ref_corpus.langs.index(src)] for p in pairs]
+        metrics = build_metrics(ctx.registry, self.config.metrics)
+        scored = score_all(metrics, hyps, refs, lang, sources)
+        direction = f"{src}-{lang}" if src else lang
         out = ctx.output("scores")
-        payload = {"lang": lang, "segments": len(hyps), "scores": [s.as_dict() for s in scores]}
+        payload = {
+            "lang": lang,
+            "direction": direction,
+            "segments": len(hyps),
+            "scores": [s.as_dict() for _, s in scored],
+        }
         (out / "scores.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-        write_artifact_meta(out, type="scores", lang=lang)
-        for score in scores:
-            ctx.metrics[score.metric] = {"score": score.score, "signature": score.signature}
-            ctx.log.info("%s", score)
+        write_artifact_meta(out, type="scores", lang=lang, direction=direction)
+        for metric, score in scored:
+            key = score.metric
+            for n in range(2, len(scored) + 2):  # two BLEU entries (char, ja-mecab): BLEU#2
+                if key not in ctx.metrics:
+                    break
+                key = f"{score.metric}#{n}"
+            ctx.metrics[key] = {
+                "score": score.score,
+                "signature": score.signature,
+                "direction": direction,
+                "higher_is_better": getattr(metric, "higher_is_better", True),
+            }
+            ctx.log.info("%s %s", direction, score)
         ctx.stats.add("segments", len(hyps))
