@@ -164,6 +164,50 @@ class Model(Plugin):
         return None
 
 
+class Scorer(Plugin):
+    """A rerank feature: ``score`` takes a batch of (source, hypothesis) pairs and returns one
+    float per pair, same order; higher means better for the feature's own reading (a tuner
+    learns the weight, and so the sign). The step names the feature column (the plugin's name
+    unless the recipe gives another).
+
+    Resources: like a filter, a scorer that needs an artifact another step made (a model, a
+    language model) names the rerank step's input role in its settings; ``setup`` receives the
+    languages and the role -> artifact directory mapping, once per process."""
+
+    def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
+        self.src, self.tgt = src, tgt
+        self.resources = dict(resources or {})
+
+    def resource(self, role: str) -> Path:
+        """The artifact directory connected to the step's input ``role``."""
+        if role not in self.resources:
+            have = ", ".join(sorted(self.resources)) or "none"
+            raise PluginError(
+                f"scorer {self.name!r} needs the step input {role!r} (connect it under the "
+                f"step's inputs; connected: {have})"
+            )
+        return self.resources[role]
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        raise NotImplementedError
+
+
+NBest = Sequence[Sequence[tuple[str, Mapping[str, float]]]]
+"""Per source sentence, its hypotheses as (text, feature name -> value)."""
+
+
+class Tuner(Plugin):
+    """Learns rerank weights on a dev n-best: a hypothesis scores ``sum_j w_j * f_j`` and the
+    best-scoring one of each sentence is the output. ``fit`` receives the feature names to
+    weigh, the n-best (every hypothesis carries every feature), the reference streams (each as
+    long as the n-best) and the target language; it returns one weight per feature."""
+
+    def fit(
+        self, features: Sequence[str], nbest: NBest, refs: Sequence[Sequence[str]], lang: str
+    ) -> dict[str, float]:
+        raise NotImplementedError
+
+
 class Executor(Plugin):
     """Runs tasks of a data step: ``map(fn, tasks)`` yields results in task order."""
 

@@ -143,6 +143,29 @@ def test_spm_is_deterministic_and_joint(corpora: dict[str, Path], tmp_path: Path
         assert processor.unk_id() not in processor.encode(text)
 
 
+def test_spm_user_defined_symbols_stay_one_piece(corpora: dict[str, Path], tmp_path: Path):
+    import sentencepiece as spm
+
+    line = "<BT> i 'm in the <blank> club ."
+    ids = {}
+    for run, symbols in (("plain", []), ("tags", ["<BT>", "<blank>"])):
+        config = {"vocab_size": 1500, "num_threads": 2, "user_defined_symbols": symbols}
+        SentencePieceStep.from_dict(config).run(
+            make_ctx(tmp_path / run, "spm", corpus=corpora["train"])
+        )
+        model = spm.SentencePieceProcessor(model_file=str(tmp_path / run / "model/spm.model"))
+        tags = [model.piece_to_id(tag) for tag in ("<BT>", "<blank>")]
+        ids[run] = (tags, model.encode(line), model.unk_id())
+    # Unseen, the tags are unknown (one <unk> each, indistinguishable); declared, each is a
+    # piece of its own that encoding finds.
+    tags, encoded, unk = ids["plain"]
+    assert tags == [unk, unk] and encoded.count(unk) >= 2
+    tags, encoded, unk = ids["tags"]
+    assert unk not in tags and unk not in encoded and all(t in encoded for t in tags)
+    with pytest.raises(ValueError, match="no spaces"):
+        SentencePieceStep.from_dict({"user_defined_symbols": ["<B T>"]})
+
+
 def test_spm_vocab_too_small_is_explained(corpora: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(StepError, match="vocab_size"):
         SentencePieceStep.from_dict({"vocab_size": 50}).run(

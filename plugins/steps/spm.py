@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mtcore.corpus import Corpus
 from mtcore.errors import StepError
@@ -52,6 +52,22 @@ class SentencePieceConfig(PluginConfig):
     langs: list[str] | None = Field(
         None, description="corpus languages to train on; all of them when unset"
     )
+    user_defined_symbols: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="tokens always kept as one piece, whatever the data: tags such as <BT> or "
+        "<2uk>, the noise augmenter's <blank>",
+    )
+
+    @field_validator("user_defined_symbols")
+    @classmethod
+    def _symbols(cls, value: list[str]) -> list[str]:
+        for symbol in value:
+            if not symbol or any(c.isspace() for c in symbol):
+                raise ValueError(f"user-defined symbol {symbol!r} must be non-empty, no spaces")
+        if len(set(value)) != len(value):
+            raise ValueError("user_defined_symbols lists a symbol twice")
+        return value
 
 
 class SentencePieceStep(Step):
@@ -117,7 +133,7 @@ class SentencePieceStep(Step):
 
     def _trainer_options(self) -> dict[str, object]:
         c = self.config
-        return {
+        options: dict[str, object] = {
             "model_type": c.model_type,
             "vocab_size": c.vocab_size,
             "character_coverage": c.character_coverage,
@@ -131,6 +147,9 @@ class SentencePieceStep(Step):
             "hard_vocab_limit": False,
             # fairseq's dictionary adds its own <s> <pad> </s> <unk>; spm keeps its defaults.
         }
+        if c.user_defined_symbols:
+            options["user_defined_symbols"] = c.user_defined_symbols
+        return options
 
     @staticmethod
     def _sentences(corpus: Corpus, columns: list[int], ctx: StepContext) -> Iterator[str]:

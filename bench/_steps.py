@@ -1,0 +1,44 @@
+"""Helpers shared by the translation benches: a step context outside a recipe run, and a
+corpus cut from small_parallel_enja. Imported by scripts run as ``python bench/<name>.py``
+(their directory is then on ``sys.path``)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared/data/en-ja/odashi+small_parallel_enja"
+
+
+def context(work: Path, kind: str, **inputs: Path) -> Any:
+    """A one-worker step context whose step id and work directory are named after ``kind``."""
+    from mtcore.registry import load_registry
+    from mtcore.step import Artifact, StepContext
+    from mtcore_plugins.executors.local import LocalExecutor
+
+    return StepContext(
+        step_id=kind,
+        kind=kind,
+        step_hash="bench",
+        work=work / kind,
+        inputs={role: Artifact.open(path) for role, path in inputs.items()},
+        executor=LocalExecutor(LocalExecutor.Config(workers=1)),
+        registry=load_registry(),
+        show_progress=False,
+    )
+
+
+def corpus(path: Path, split: str, lines: int) -> Path:
+    """The first ``lines`` en-ja pairs of a small_parallel_enja split as an mtcore corpus."""
+    from mtcore.corpus import CorpusWriter
+
+    with (
+        open(DATA / f"{split}.en", encoding="utf-8") as en,
+        open(DATA / f"{split}.ja", encoding="utf-8") as ja,
+        CorpusWriter(path, ("en", "ja")) as writer,
+    ):
+        for pair in itertools.islice(zip(en, ja, strict=True), lines):
+            writer.write((pair[0].rstrip("\n"), pair[1].rstrip("\n")))
+    return path

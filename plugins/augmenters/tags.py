@@ -1,0 +1,75 @@
+"""Tag tokens prepended to a side of a corpus: a ``<BT>`` marker on synthetic sources (tagged
+back-translation, Caswell et al. 2019; NT5 §4.2, Xiaomi §3.2, HW-TSC §5.3) or a target-language
+token such as ``<2uk>`` for multilingual training (Johnson et al. 2017; HW-TSC §5.5 adds En→Uk
+data to Cs→Uk training)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field, field_validator
+
+from mtcore.plugin import PluginConfig
+from mtcore_plugins.augmenters.base import TOKEN_PATTERN, Augmenter
+
+
+def prepend(token: str, lines: Sequence[str]) -> list[str]:
+    """``token`` and a space before every line that has text; an empty or blank line stays as
+    it is (a pair made only of a tag would teach nothing but the tag)."""
+    return [f"{token} {line}" if line.strip() else line for line in lines]
+
+
+class TagConfig(PluginConfig):
+    token: str = Field(
+        "<BT>",
+        pattern=TOKEN_PATTERN,
+        description="the tag (Caswell et al. 2019: <BT>); make it one SentencePiece piece with "
+        "user_defined_symbols",
+    )
+
+
+class TagAugmenter(Augmenter):
+    """Prepends ``token`` to every non-empty line."""
+
+    name = "tag"
+    Config = TagConfig
+    config: TagConfig
+
+    def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
+        return prepend(self.config.token, lines)
+
+
+class LangTagConfig(PluginConfig):
+    lang: str = Field(
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$",
+        description="the language the tag names: the target language (Johnson et al. 2017)",
+    )
+    template: str = Field(
+        "<2{lang}>",
+        max_length=64,
+        description="the token, with {lang} standing for lang (Johnson et al.: <2es>)",
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _one_placeholder(cls, value: str) -> str:
+        if "{lang}" not in value or any(ch.isspace() for ch in value):
+            raise ValueError(f"template {value!r} must contain {{lang}} and no whitespace")
+        if value.replace("{lang}", "").count("{") or value.replace("{lang}", "").count("}"):
+            raise ValueError(f"template {value!r}: only {{lang}} may stand in braces")
+        return value
+
+
+class LangTagAugmenter(Augmenter):
+    """Prepends the language token (``<2uk>``) to every non-empty line."""
+
+    name = "lang_tag"
+    Config = LangTagConfig
+    config: LangTagConfig
+
+    @property
+    def token(self) -> str:
+        return self.config.template.replace("{lang}", self.config.lang)
+
+    def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
+        return prepend(self.token, lines)

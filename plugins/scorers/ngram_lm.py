@@ -1,0 +1,73 @@
+"""n-gram language-model fluency of the hypothesis under the ``kenlm`` step's model for the
+target language (Yishu's LM reranking; Xiaomi §2.2.2 trains the same 5-gram KenLM models).
+Text is tokenized as the ``kenlm`` step tokenized its training text; scores are natural-log
+probabilities (KenLM's log10 times ln 10), ``</s>`` included, per token (``token``) or for the
+sentence (``sum``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from mtcore.errors import PluginError
+from mtcore.plugin import PluginConfig, Scorer
+
+
+class NgramLMConfig(PluginConfig):
+    lm: str = Field("lm", min_length=1, description="the rerank step's input role of a kenlm step")
+    normalize: Literal["token", "sum"] = Field(
+        "token", description="token: log-probability per token (</s> counted); sum: sentence"
+    )
+
+
+class NgramLMScorer(Scorer):
+    """Score: ln P_LM(hypothesis), per token or summed."""
+
+    name = "ngram_lm"
+    Config = NgramLMConfig
+
+    def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
+        from mtcore_plugins.filters.lm import load_model
+        from mtcore_plugins.steps.kenlm import TOKENIZATION
+
+        super().setup(src, tgt, resources)
+        config = self.config
+        assert isinstance(config, NgramLMConfig)
+        folder = self.resource(config.lm)
+        meta_file = folder / "artifact.json"
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+        if meta.get("type") != "kenlm":
+            raise PluginError(
+                f"scorer 'ngram_lm': {folder} is not a kenlm step's output (artifact type "
+                f"{meta.get('type')!r}); connect the role {config.lm!r} to a kenlm step"
+            )
+        if meta.get("tokenization") != TOKENIZATION:
+            raise PluginError(
+                f"scorer 'ngram_lm': {meta_file} was trained on {meta.get('tokenization')!r} "
+                f"tokens, this scorer queries {TOKENIZATION!r}; rerun the kenlm step"
+            )
+        if tgt not in meta.get("files", {}):
+            raise PluginError(
+                f"scorer 'ngram_lm': {folder} has models for {sorted(meta.get('files', {}))}, "
+                f"not the target language {tgt!r} (set langs on the kenlm step)"
+            )
+        self.model = load_model(folder / meta["files"][tgt])
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        from mtcore_plugins.steps.kenlm import lm_line
+
+        config = self.config
+        assert isinstance(config, NgramLMConfig)
+        out = []
+        for _, hyp in pairs:
+            line = lm_line(hyp, self.tgt)
+            words = line.count(" ") + 1 if line else 0
+            log10 = float(self.model.score(line, bos=True, eos=True))
+            total = log10 * math.log(10)
+            out.append(total / (words + 1) if config.normalize == "token" else total)
+        return out

@@ -1,0 +1,191 @@
+"""Rewrites one side of a corpus (the source side, say) with a chain of augmenter plugins, sharded
+over the executor and resumable shard by shard: tags (``<BT>``, ``<2uk>``) and noised
+self-training's input noise. The other sides are copied unchanged, and the output has exactly
+one pair per input pair, in order.
+
+``rename`` relabels columns for multilingual enhancement (HW-TSC §5.5): En→Uk pairs that join
+Cs→Uk training must sit in the source column of a ``cs-uk`` corpus, so ``rename: {en: cs}``
+together with a ``lang_tag`` augmenter. The manifest counts the lines each augmenter changed
+(``changed.<label>``) and the lines left empty (``emptied.<lang>``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import Field, model_validator
+
+from mtcore.corpus import Corpus, CorpusWriter
+from mtcore.errors import StepError
+from mtcore.plugin import PluginConfig
+from mtcore.recipe import check_components
+from mtcore.registry import Registry, load_registry
+from mtcore.shards import map_shards
+from mtcore.step import Step, StepContext
+from mtcore.textblock import BlockReader, RawBlock
+from mtcore_plugins.augmenters.base import Augmenter
+from mtcore_plugins.steps.normalize import ShardOutput, checked, rewrite_shard
+
+LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
+
+
+@dataclass(frozen=True)
+class AugmenterSpec:
+    """A chain entry: plugin name, its settings as JSON (hashable, picklable) and a label for
+    the counters (``tag``, ``tag#2`` for a second tag entry)."""
+
+    name: str
+    settings: str
+    label: str
+
+    def build(self, registry: Registry) -> Augmenter:
+        plugin = registry.load("augmenters", self.name).from_dict(json.loads(self.settings))
+        if not isinstance(plugin, Augmenter):
+            raise StepError(f"augmenter {self.name!r} does not implement the Augmenter contract")
+        return plugin
+
+
+def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[AugmenterSpec, ...]:
+    specs: list[AugmenterSpec] = []
+    used: Counter[str] = Counter()
+    for entry in entries:
+        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+        name = str(entry.pop("name"))
+        used[name] += 1
+        label = name if used[name] == 1 else f"{name}#{used[name]}"
+        specs.append(AugmenterSpec(name, json.dumps(entry, sort_keys=True), label))
+    return tuple(specs)
+
+
+_WORKER_CHAINS: dict[tuple[AugmenterSpec, ...], list[Augmenter]] = {}
+
+
+def _chain(specs: tuple[AugmenterSpec, ...]) -> list[Augmenter]:
+    """The augmenters of ``specs``, built once per worker process."""
+    if specs not in _WORKER_CHAINS:
+        registry = load_registry()
+        _WORKER_CHAINS[specs] = [spec.build(registry) for spec in specs]
+    return _WORKER_CHAINS[specs]
+
+
+def augment_task(
+    task: tuple[tuple[tuple[AugmenterSpec, ...], str], tuple[str, ...], RawBlock],
+) -> ShardOutput:
+    """Runs in a worker: one shard, the chain applied to the ``side`` column only."""
+    (specs, side_lang), langs, raw = task
+    chain = _chain(specs)
+
+    def rewrite(lines: list[str], side: int, lang: str, counts: Counter[str]) -> list[str]:
+        if lang != side_lang:
+            return lines
+        for spec, plugin in zip(specs, chain, strict=True):
+            out = plugin.augment(lines, lang, raw.first_line)
+            out = checked(out, lines, f"augmenter {spec.label!r}", raw, side, lang)
+            counts[f"changed.{spec.label}"] += sum(
+                1 for old, new in zip(lines, out, strict=True) if old != new
+            )
+            lines = out
+        return lines
+
+    return rewrite_shard(raw, langs, rewrite)
+
+
+class AugmentConfig(PluginConfig):
+    side: str = Field(
+        pattern=LANG,
+        description="language of the side the augmenters rewrite: the source side of the "
+        "system the data trains (tags and noise go on the source)",
+    )
+    augmenters: list[dict[str, Any] | str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="augmenter chain, applied in order: each entry a name or {name: "
+        "<augmenter>, <its settings>}",
+    )
+    rename: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="relabel output columns, {old: new} (multilingual enhancement: {en: cs} "
+        "puts En-Uk pairs in the source column of Cs-Uk data)",
+    )
+    shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
+
+    @model_validator(mode="after")
+    def _does_something(self) -> AugmentConfig:
+        if not self.augmenters and not self.rename:
+            raise ValueError("give augmenters, rename or both: the step would copy its input")
+        for old, new in self.rename.items():
+            for code in (old, new):
+                if not re.fullmatch(LANG, code):
+                    raise ValueError(f"rename: {code!r} is not a language code (like en, pt-br)")
+        if len(set(self.rename.values())) != len(self.rename):
+            raise ValueError("rename: two columns would get the same name")
+        return self
+
+
+class AugmentStep(Step):
+    """Outputs ``corpus``: the input with its ``side`` column rewritten by the augmenters and
+    its columns relabelled by ``rename``."""
+
+    name = "augment"
+    Config = AugmentConfig
+    config: AugmentConfig
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True}
+    outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+
+    def check(self, registry: Registry) -> list[tuple[str, str]]:
+        return check_components(registry, "augmenters", list(self.config.augmenters), "augmenters")
+
+    def plugins_used(self) -> list[tuple[str, str]]:
+        return [("augmenters", spec.name) for spec in make_specs(self.config.augmenters)]
+
+    def run(self, ctx: StepContext) -> None:
+        c = self.config
+        source = Corpus.open(ctx.inputs["corpus"].path)
+        langs = source.langs
+        if c.side not in langs:
+            raise StepError(
+                f"{ctx.step_id}: side {c.side!r} is not a language of {source.path} "
+                f"(it has {', '.join(langs)})"
+            )
+        out_langs = output_langs(langs, c.rename, ctx.step_id, str(source.path))
+        specs = make_specs(c.augmenters)
+        with (
+            CorpusWriter(ctx.output("corpus"), out_langs, source.name) as writer,
+            ctx.progress(source.count(), "augment") as bar,
+        ):
+            results = map_shards(
+                ctx.executor,
+                augment_task,
+                BlockReader(source.files(), c.shard_size),
+                lambda raw: ((specs, c.side), langs, raw),
+                ctx.scratch("shards"),
+            )
+            for raw, (sides, counts) in results:
+                writer.write_raw(sides, raw.count)
+                ctx.stats.merge(counts)
+                bar.update(raw.count)
+        ctx.stats.add("pairs_in", writer.lines)
+        ctx.stats.add("pairs_out", writer.lines)
+
+
+def output_langs(
+    langs: tuple[str, ...], rename: dict[str, str], step_id: str, where: str
+) -> tuple[str, ...]:
+    """``langs`` with ``rename`` applied; every renamed column must exist and the result must
+    name each column once."""
+    missing = sorted(set(rename) - set(langs))
+    if missing:
+        raise StepError(
+            f"{step_id}: rename names {', '.join(missing)}, not a language of {where} "
+            f"(it has {', '.join(langs)})"
+        )
+    out = tuple(rename.get(lang, lang) for lang in langs)
+    if len(set(out)) != len(out):
+        raise StepError(f"{step_id}: rename would give {where} the columns {list(out)}")
+    return out
