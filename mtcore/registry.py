@@ -1,7 +1,11 @@
 """Plugin lookup by short name inside the entry-point groups ``mtcore.<kind>``.
 
 Listing reads entry-point metadata only, so ``mtcore plugins`` never imports a plugin module
-(and so never torch or fairseq). Loading one plugin goes through stevedore's driver manager.
+(and so never torch or fairseq). Loading one plugin imports the very entry point the listing
+found (stevedore's driver pattern: a short user-visible name inside an internal namespace).
+stevedore itself is not used to load: it caches each group's entry points for the life of the
+process, so a plugin installed after the first lookup (``pip install`` from a running notebook,
+a test adding a folder to ``sys.path``) would be listed by :func:`load_registry` yet not found.
 """
 
 from __future__ import annotations
@@ -94,22 +98,14 @@ class Registry:
         if key in self._loaded:
             return self._loaded[key]
         info = self.info(kind, name)
-        from stevedore import driver
-
+        entry = metadata.EntryPoint(name=name, value=info.target, group=group(kind))
         try:
-            manager = driver.DriverManager(
-                namespace=group(kind),
-                name=name,
-                invoke_on_load=False,
-                on_load_failure_callback=_raise,
-            )
-        except PluginError:
-            raise
-        except Exception as exc:  # stevedore wraps many failures; name the plugin
+            cls = entry.load()
+        except Exception as exc:  # an import error, a missing attribute: name the plugin
             raise PluginError(
-                f"Could not load {SINGULAR[kind]} {name!r} ({info.target}): {exc}"
+                f"Could not load {SINGULAR[kind]} {name!r} ({info.target}, from {info.dist}): "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
-        cls = manager.driver
         if getattr(cls, "name", None) != name:
             raise PluginError(
                 f"{info.target} is registered as {SINGULAR[kind]} {name!r} but its class says "
@@ -121,12 +117,6 @@ class Registry:
     def version(self, kind: str, name: str) -> str:
         info = self.info(kind, name)
         return f"{info.dist}=={info.version}"
-
-
-def _raise(manager: Any, entrypoint: Any, exc: Exception) -> None:
-    raise PluginError(
-        f"Could not load plugin {entrypoint.name!r} ({entrypoint.value}): {exc}"
-    ) from exc
 
 
 def load_registry() -> Registry:

@@ -108,18 +108,8 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         "[mtcore.filters]\nray_probe = ray_probe_filters:ProbeFilter\n"
     )
     sys.path.insert(0, str(root))
-    _forget_entry_points()
     yield root
     sys.path.remove(str(root))
-    _forget_entry_points()
-
-
-def _forget_entry_points() -> None:
-    """stevedore keeps each group's entry points for the life of the process, read when the
-    group is first used; a plugin installed later in the same process needs them re-read."""
-    from stevedore.extension import ExtensionManager
-
-    ExtensionManager.ENTRY_POINT_CACHE.pop("mtcore.filters", None)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,73 @@
+"""Plugin lookup: a plugin installed while the process runs, and plugins that fail to load."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mtcore.errors import PluginError
+from mtcore.registry import load_registry
+
+MODULE = """
+from mtcore.plugin import Filter
+
+class Late(Filter):
+    name = "late_filter"
+
+class Misnamed(Filter):
+    name = "something_else"
+
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Path]:
+    """A folder on ``sys.path`` to install distributions into, removed afterwards."""
+    sys.path.insert(0, str(tmp_path))
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    for name in [m for m in sys.modules if m.startswith("late_plugins")]:
+        del sys.modules[name]
+
+
+def install(site: Path, dist: str, entry_points: str, modules: dict[str, str]) -> None:
+    """What pip leaves behind: modules and a dist-info folder with the entry points."""
+    for name, text in modules.items():
+        (site / f"{name}.py").write_text(textwrap.dedent(text), encoding="utf-8")
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+
+
+def test_plugin_installed_after_the_first_lookup_is_found(site: Path) -> None:
+    # The group has been read in this process before the new package appears.
+    assert load_registry().load("filters", "length").name == "length"
+    install(site, "late-plugins", "[mtcore.filters]\nlate_filter = late_plugins:Late\n",
+            {"late_plugins": MODULE})  # fmt: skip
+    registry = load_registry()
+    assert registry.version("filters", "late_filter") == "late-plugins==0.1"
+    assert registry.load("filters", "late_filter").__module__ == "late_plugins"
+
+
+def test_plugins_that_fail_to_load_are_named(site: Path) -> None:
+    entry_points = (
+        "[mtcore.filters]\n"
+        "late_broken = late_plugins_broken:Broken\n"
+        "late_missing = late_plugins:Absent\n"
+        "something = late_plugins:Misnamed\n"
+    )
+    install(site, "late-plugins", entry_points, {
+        "late_plugins": MODULE, "late_plugins_broken": "import no_such_module_here\n",
+    })  # fmt: skip
+    registry = load_registry()
+    with pytest.raises(PluginError, match=r"filter 'late_broken' .*late-plugins.*no_such_module"):
+        registry.load("filters", "late_broken")
+    with pytest.raises(PluginError, match=r"filter 'late_missing' .*AttributeError"):
+        registry.load("filters", "late_missing")
+    with pytest.raises(PluginError, match=r"class says name = 'something_else'"):
+        registry.load("filters", "something")
