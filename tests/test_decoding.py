@@ -56,7 +56,10 @@ class Killed(Exception):
 def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Corpora, a SentencePiece model, en-ja data and a micro model trained for 5 updates (it
     repeats one piece until its output cap stops it)."""
-    root = tmp_path_factory.mktemp("decoding")
+    return build_setup(tmp_path_factory.mktemp("decoding"))
+
+
+def build_setup(root: Path) -> dict[str, Path]:
     found = {
         "train": write_corpus(root / "train", "train", 1000, []),
         "valid": write_corpus(root / "valid", "dev", 60, []),
@@ -81,16 +84,18 @@ def train(work: Path, settings: dict[str, Any], data: Path) -> Path:
 
 
 def translate(
-    setup: dict[str, Path], work: Path, workers: int = 1, **settings: Any
+    setup: dict[str, Path], work: Path, workers: int = 1, executor: Any = None, **settings: Any
 ) -> tuple[StepContext, list[str], list[Entry]]:
-    """Runs the translate step on the test corpus; (context, hyp lines, n-best entries)."""
+    """Runs the translate step on the test corpus; (context, hyp lines, n-best entries). A
+    given ``executor`` is used and left open; otherwise a local one with ``workers``."""
     models = settings.pop("models", {"model": setup["model"]})
     ctx = make_ctx(work, "translate", corpus=setup["test"], spm=setup["spm"], **models)
-    ctx.executor = LocalExecutor(LocalExecutor.Config(workers=workers))
+    ctx.executor = executor or LocalExecutor(LocalExecutor.Config(workers=workers))
     try:
         TranslateStep.from_dict({"src": "en", "tgt": "ja", "threads": 1, **settings}).run(ctx)
     finally:
-        ctx.executor.close()
+        if executor is None:
+            ctx.executor.close()
     hyps = (work / "hyp" / "hyp.ja").read_text(encoding="utf-8").split("\n")[:-1]
     nbest = work / "nbest" / "nbest.jsonl"
     return ctx, hyps, list(read_nbest(nbest)) if nbest.exists() else []
@@ -364,3 +369,15 @@ def test_train_lm_and_neural_lm_feature(setup: dict[str, Path], tmp_path: Path) 
     assert json.loads((tmp_path / "model" / "artifact.json").read_text())["arch"] == (
         "transformer_lm"
     )
+
+
+def test_device_setting() -> None:
+    import torch
+
+    assert decoding.pick_device("cpu") == "cpu"
+    assert decoding.pick_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(DataError, match="torch sees no GPU"):
+            decoding.pick_device("cuda")
+    with pytest.raises(ValueError, match="device"):
+        TranslateConfig(src="en", tgt="ja", device="tpu")

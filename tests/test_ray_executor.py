@@ -113,6 +113,14 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
+def decoding_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The decoding tests' corpora, SentencePiece model and micro en-ja model."""
+    from tests.test_decoding import build_setup
+
+    return build_setup(tmp_path_factory.mktemp("decoding"))
+
+
+@pytest.fixture(scope="module")
 def probe_registry(probe_dir: Path) -> Registry:
     registry = load_registry()
     assert registry.has("filters", "ray_probe")
@@ -285,6 +293,38 @@ def _probe_loads() -> int:
     import ray_probe_filters  # type: ignore[import-not-found]
 
     return int(ray_probe_filters.loads())
+
+
+@needs_ray
+@pytest.mark.slow
+def test_translation_on_ray_matches_one_process(tmp_path, decoding_setup, cluster):
+    """Back-translation shards on two Ray workers: the same 1-best and n-best as one local
+    process, every shard translated once, the model loaded once per worker."""
+    from mtcore_plugins.executors.ray import RayExecutor
+    from mtcore_plugins.steps import translate as translate_module
+    from tests.test_decoding import CAPPED, texts, translate
+
+    settings = {"beam": 3, "nbest": 2, "chunk_lines": 12, **CAPPED}
+    _, alone, entries = translate(decoding_setup, tmp_path / "one", **settings)
+    executor = RayExecutor.from_dict({"address": cluster, "workers": 2})
+    try:
+        ctx, remote, remote_entries = translate(
+            decoding_setup, tmp_path / "ray", executor=executor, **settings
+        )
+        again, _, _ = translate(decoding_setup, tmp_path / "again", executor=executor, **settings)
+        held = executor.run_on_workers(_translators_held)
+    finally:
+        executor.close()
+    assert remote == alone and texts(remote_entries) == texts(entries)
+    assert ctx.metrics["shards_translated"] == again.metrics["shards_translated"] == 5
+    assert held == [1, 1]  # one translator per worker process, reused by the second step
+    assert not translate_module._WORKER  # the driver loaded none
+
+
+def _translators_held() -> int:
+    from mtcore_plugins.steps import translate as translate_module
+
+    return len(translate_module._WORKER)
 
 
 @needs_ray

@@ -55,6 +55,7 @@ class Ensemble:
     direction: str
     max_source: int | None
     max_target: int | None
+    device: str = "cpu"
 
 
 def check_members(
@@ -104,8 +105,11 @@ def load_ensemble(
     weights: dict[str, float],
     step_id: str,
     registry: Any = None,
+    device: str = "auto",
 ) -> Ensemble:
-    """The checked, loaded, weighted ensemble of ``members`` (role -> model artifact)."""
+    """The checked, loaded, weighted ensemble of ``members`` (role -> model artifact), on the
+    GPU when ``device`` is cuda, or auto and torch sees one (a Ray worker placed with
+    ``gpus_per_worker``), else on the CPU."""
     with root_logging_kept():
         from fairseq import checkpoint_utils, utils
 
@@ -118,8 +122,11 @@ def load_ensemble(
         [str(m.path / m.meta.get("checkpoint", "checkpoint.pt")) for m in members.values()],
         arg_overrides={"data": str(members["model"].path), "source_lang": src, "target_lang": tgt},
     )
+    where = pick_device(device)
     for model in models:
         model.eval()
+        if where != "cpu":
+            model.to(where)
     weigh_models(models, [weights.get(role, 1.0) for role in members])
     limits = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
     return Ensemble(
@@ -130,7 +137,19 @@ def load_ensemble(
         direction,
         limits[0] if limits else None,
         limits[1] if limits else None,
+        where,
     )
+
+
+def pick_device(device: str) -> str:
+    """cpu or cuda for a ``device`` setting of auto, cpu or cuda."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DataError("device: cuda, but torch sees no GPU (torch.cuda.is_available() is False)")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
 
 
 def weigh_models(models: list[Any], weights: list[float]) -> None:
@@ -223,11 +242,13 @@ class Translator:
             config.weights,
             ctx.step_id,
             getattr(ctx, "registry", None),
+            getattr(config, "device", "auto"),
         )
         self.config, self.ctx, self.models = config, ctx, loaded.models
         self.direction, self.spm = loaded.direction, loaded.spm
         self.src_dict, self.tgt_dict = loaded.src_dict, loaded.tgt_dict
         self.max_source = loaded.max_source
+        self.device = loaded.device
         sampling = getattr(config, "sampling", False)
         strategy = None
         if sampling:
@@ -317,6 +338,8 @@ class Translator:
                 "src_lengths": torch.tensor([len(s) for s in sources]),
             }
         }
+        if self.device != "cpu":
+            sample = {"net_input": {k: v.to(self.device) for k, v in sample["net_input"].items()}}
         with torch.inference_mode():
             return list(self.generator.generate(self.models, sample))
 

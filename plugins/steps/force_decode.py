@@ -114,6 +114,9 @@ class ForceDecoder:
             targets, pad, eos, left_pad=False, move_eos_to_beginning=True
         )
         order = torch.tensor(expand, dtype=torch.long)
+        if e.device != "cpu":
+            net_input = {k: v.to(e.device) for k, v in net_input.items()}
+            target, previous, order = (t.to(e.device) for t in (target, previous, order))
         picked = []
         for model in e.models:
             encoded = model.encoder.forward_torchscript(net_input)
@@ -122,7 +125,7 @@ class ForceDecoder:
             picked.append(token_log_probs(model, output, target) + model_log_weight(model))
         mixed = picked[0] if len(picked) == 1 else torch.logsumexp(torch.stack(picked), dim=0)
         mixed = mixed.masked_fill(target.eq(pad), 0.0)
-        return mixed.sum(dim=1).double().numpy()
+        return mixed.sum(dim=1).double().cpu().numpy()
 
 
 def token_log_probs(model: Any, output: Any, target: Any) -> Any:

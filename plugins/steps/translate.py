@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError, StepError
-from mtcore.plugin import PluginConfig
+from mtcore.plugin import NOT_IDENTITY, PluginConfig
 from mtcore.shards import map_shards
 from mtcore.stats import Stats
 from mtcore.step import Step, StepContext
@@ -84,6 +84,12 @@ class TranslateConfig(PluginConfig):
         le=512,
         description="torch CPU threads per worker; 0: torch's default with one worker, the "
         "cores shared out between several",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="where the models run: auto takes the GPU when torch sees one (a Ray "
+        "worker with gpus_per_worker, a GPU machine), else the CPU",
+        json_schema_extra=NOT_IDENTITY,
     )
     models: list[str] = Field(
         ["transformer_presets"],
