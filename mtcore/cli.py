@@ -123,6 +123,14 @@ def plan(recipe: Path, profile: str | None, sets: tuple[str, ...], workdir: Path
     "--until", default=None, metavar="STEP", help="Stop after this step (and what it needs)."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@click.option(
+    "--ablate",
+    "ablations",
+    multiple=True,
+    metavar="STEP[,STEP...]",
+    help="Also run the recipe without these steps (repeatable: one variant each) and write "
+    "ablation.md with each variant's score differences.",
+)
 def run(
     recipe: Path,
     profile: str | None,
@@ -130,12 +138,18 @@ def run(
     workdir: Path | None,
     until: str | None,
     quiet: bool,
+    ablations: tuple[str, ...],
 ) -> None:
     """Run a recipe; completed steps are reused, a killed run resumes."""
     from mtcore.runner import Runner
 
     registry, loaded, hooks = _load(recipe, profile, sets)
     target = _workdir(loaded, workdir)
+    if ablations:
+        if until is not None:
+            raise click.UsageError("--ablate runs whole recipes; leave out --until")
+        _ablate(recipe, profile, sets, registry, loaded, hooks, target, ablations, quiet)
+        return
     runner = Runner(
         loaded, registry, target, hooks, show_progress=not quiet and sys.stderr.isatty()
     )
@@ -146,6 +160,76 @@ def run(
             if isinstance(value, dict) and "signature" in value:
                 click.echo(f"        {name} = {value['score']:.2f}  {value['signature']}")
     click.echo(f"report: {target / 'report.md'}")
+
+
+def _ablate(
+    path: Path,
+    profile: str | None,
+    sets: tuple[str, ...],
+    registry: Any,
+    full: Any,
+    hooks: Any,
+    workdir: Path,
+    ablations: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    from mtcore.ablation import parse_ablations
+    from mtcore.compare import Variant, run_variants, write_comparison
+    from mtcore.recipe import load_recipe
+
+    variants = [Variant("full", full)]
+    for removed in parse_ablations(ablations):
+        ablated = load_recipe(path, registry, profile, list(sets), removed)
+        variants.append(Variant("-" + ",".join(removed), ablated))
+    run_variants(variants, registry, workdir, hooks, not quiet and sys.stderr.isatty())
+    title = f"{full.name}: ablation" + (f" (profile {full.profile})" if full.profile else "")
+    out = write_comparison(workdir, "ablation", title, variants, baseline=True)
+    click.echo(out.read_text(encoding="utf-8"))
+    click.echo(f"ablation: {out}")
+
+
+@cli.command()
+@click.argument("recipes", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--profile", "-p", default=None, help="Profile for every recipe (default: each one's)."
+)
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override in every recipe."
+)
+@click.option(
+    "--workdir",
+    "-w",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("work/compare"),
+    show_default=True,
+    help="One workdir for all: identical steps run once.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def compare(
+    recipes: tuple[Path, ...],
+    profile: str | None,
+    sets: tuple[str, ...],
+    workdir: Path,
+    quiet: bool,
+) -> None:
+    """Run several recipes in one workdir and write compare.md (and compare.png) side by
+    side: pairs kept after each data step, training time, scores per direction."""
+    from mtcore.compare import Variant, run_variants, unique_labels, write_comparison
+    from mtcore.hooks import make_plugin_manager
+    from mtcore.recipe import load_recipe
+
+    registry = load_registry()
+    hooks = make_plugin_manager()
+    loaded = [load_recipe(path, registry, profile, list(sets)) for path in recipes]
+    for recipe in loaded:
+        hooks.hook.mtcore_recipe_loaded(recipe=recipe)
+    labels = unique_labels([recipe.name for recipe in loaded])
+    variants = [Variant(label, recipe) for label, recipe in zip(labels, loaded, strict=True)]
+    run_variants(variants, registry, workdir, hooks, not quiet and sys.stderr.isatty())
+    title = "compare: " + ", ".join(labels) + (f" (profile {profile})" if profile else "")
+    out = write_comparison(workdir, "compare", title, variants)
+    click.echo(out.read_text(encoding="utf-8"))
+    click.echo(f"comparison: {out}")
 
 
 @cli.command()

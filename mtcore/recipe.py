@@ -17,7 +17,7 @@ from mtcore.plugin import Plugin, PluginConfig
 from mtcore.registry import Registry, suggest
 from mtcore.step import Step
 
-STEP_KEYS = ("kind", "inputs")
+STEP_KEYS = ("kind", "inputs", "bypass")  # bypass: stand-ins used by --ablate (ablation.py)
 VARIADIC = "*"  # a step whose ``inputs`` has this role takes any role names, in recipe order
 DATA_KEYS = ("source", "input")
 _ID = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -83,6 +83,7 @@ class Recipe:
     head: RecipeHead
     resolved: dict[str, Any]
     steps: dict[str, StepSpec]
+    ablated: tuple[str, ...] = ()  # steps removed by --ablate
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -131,10 +132,14 @@ def resolve_document(
 
 
 def load_recipe(
-    path: str | Path, registry: Registry, profile: str | None = None, sets: list[str] | None = None
+    path: str | Path,
+    registry: Registry,
+    profile: str | None = None,
+    sets: list[str] | None = None,
+    ablate: tuple[str, ...] = (),
 ) -> Recipe:
     path = Path(path)
-    return build_recipe(read_yaml(path), registry, profile, sets or [], str(path), path)
+    return build_recipe(read_yaml(path), registry, profile, sets or [], str(path), path, ablate)
 
 
 def build_recipe(
@@ -144,8 +149,13 @@ def build_recipe(
     sets: list[str] | None = None,
     source: str = "recipe",
     path: Path | None = None,
+    ablate: tuple[str, ...] = (),
 ) -> Recipe:
     resolved, chosen = resolve_document(document, profile, sets or [], source)
+    if ablate:
+        from mtcore.ablation import ablate_document
+
+        resolved = ablate_document(resolved, ablate, registry)
     problems: list[str] = []
     try:
         head = RecipeHead.model_validate(resolved)
@@ -172,7 +182,7 @@ def build_recipe(
         _check_cycles(steps, problems)
     if problems:
         raise RecipeError(problems, source)
-    return Recipe(path, head.name, chosen, head, resolved, steps)
+    return Recipe(path, head.name, chosen, head, resolved, steps, tuple(ablate))
 
 
 def _check_executor(spec: ExecutorSpec, registry: Registry, problems: list[str]) -> None:
@@ -249,6 +259,17 @@ def _recipe_step(
             problems.append(
                 f"{loc}.inputs.{role}: step kind {kind!r} has no input {role!r} (valid: {valid})"
             )
+    bypass = entry.get("bypass") or {}
+    if not isinstance(bypass, dict):
+        problems.append(f"{loc}.bypass: must map outputs to stand-ins (input roles or steps)")
+    else:
+        for output in bypass:
+            if output not in step_cls.outputs:
+                valid = ", ".join(step_cls.outputs) or "none"
+                problems.append(
+                    f"{loc}.bypass.{output}: step kind {kind!r} has no output {output!r} "
+                    f"(valid: {valid})"
+                )
     config = {k: v for k, v in entry.items() if k not in STEP_KEYS}
     plugin = _make(step_cls, config, loc, problems)
     if plugin is None:

@@ -137,6 +137,8 @@ def render_report(recipe: Recipe, result: RunResult, plot: str | None = None) ->
         f"# {recipe.name}" + (f" — profile `{recipe.profile}`" if recipe.profile else ""),
         "",
     ]
+    if recipe.ablated:
+        lines += [f"Ablated: {', '.join(f'`{s}`' for s in recipe.ablated)} removed.", ""]
     if recipe.head.paper:
         lines += [f"Replicates: {recipe.head.paper}", ""]
     lines += [
@@ -176,9 +178,14 @@ def render_report(recipe: Recipe, result: RunResult, plot: str | None = None) ->
     return "\n".join(lines)
 
 
-def write_report(recipe: Recipe, result: RunResult) -> None:
+def write_report(recipe: Recipe, result: RunResult, label: str | None = None) -> None:
+    """``report.md`` and ``scores.png``; ``report.<label>.md`` and ``scores.<label>.png`` for
+    a labelled run (one of several variants in a workdir)."""
+    suffix = "" if label is None else f".{label}"
+    name = PLOT_FILE if label is None else f"scores{suffix}.png"
     rows = score_rows(result)
-    path = result.workdir / PLOT_FILE
+    path = result.workdir / name
     path.unlink(missing_ok=True)  # a plot of an earlier run must not pass for this one's
-    plot = PLOT_FILE if rows and write_plot(rows, path, recipe.name) else None
-    (result.workdir / "report.md").write_text(render_report(recipe, result, plot), encoding="utf-8")
+    plot = name if rows and write_plot(rows, path, label or recipe.name) else None
+    text = render_report(recipe, result, plot)
+    (result.workdir / f"report{suffix}.md").write_text(text, encoding="utf-8")

@@ -113,12 +113,16 @@ class Runner:
         workdir: Path,
         hooks: Any = None,
         show_progress: bool = True,
+        label: str | None = None,
     ) -> None:
+        """``label`` names this run's report files (``report.<label>.md``) where several
+        variants share one workdir (``mtcore compare``, ``--ablate``)."""
         self.recipe = recipe
         self.registry = registry
         self.workdir = workdir
         self.hooks = hooks
         self.show_progress = show_progress
+        self.label = label
 
     def status(self, until: str | None = None) -> list[tuple[PlannedStep, bool]]:
         plan = make_plan(self.recipe, self.registry, until)
@@ -149,14 +153,17 @@ class Runner:
                     executor.close()
             from mtcore.report import write_report
 
-            write_report(self.recipe, result)
+            write_report(self.recipe, result, self.label)
             return result
 
     def _write_resolved(self) -> None:
         resolved = {k: v for k, v in self.recipe.resolved.items() if k != "profiles"}
         resolved["profile"] = self.recipe.profile
+        if self.recipe.ablated:
+            resolved["ablated"] = list(self.recipe.ablated)
         text = yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
-        (self.workdir / f"{self.recipe.name}.resolved.yaml").write_text(text, encoding="utf-8")
+        name = self.recipe.name if self.label is None else self.label
+        (self.workdir / f"{name}.resolved.yaml").write_text(text, encoding="utf-8")
 
     def _inputs(self, planned: PlannedStep) -> tuple[dict[str, Artifact], dict[str, Any]]:
         artifacts: dict[str, Artifact] = {}
