@@ -189,14 +189,18 @@ def read_parallel(paths: list[Path], policy: InputPolicy, stats: Stats) -> Itera
         yield pair
 
 
-def read_tsv(path: Path, columns: list[int], policy: InputPolicy, stats: Stats) -> Iterator[Pair]:
-    """Columns of a tab-separated file; a line with too few columns is an error."""
+def read_tsv(
+    path: Path, columns: list[int], policy: InputPolicy, stats: Stats, separator: str = "\t"
+) -> Iterator[Pair]:
+    """Columns of a file whose fields are split by ``separator`` (a tab, or e.g. ``" ||| "`` for
+    fast_align/Moses-style pair files); a line with too few columns is an error."""
     need = max(columns) + 1
+    shown = "tab" if separator == "\t" else repr(separator)
     for number, text in LineReader(path, policy, stats):
         if text is None:
             stats.add("input.pairs_dropped")
             continue
-        fields = text.split("\t")
+        fields = text.split(separator)
         if len(fields) < need:
             if not text.strip() and policy.empty != "error":
                 if policy.empty == "drop":
@@ -205,7 +209,7 @@ def read_tsv(path: Path, columns: list[int], policy: InputPolicy, stats: Stats) 
                 fields = [""] * need
             else:
                 raise DataError(
-                    f"{path}:{number}: expected at least {need} tab-separated columns, "
+                    f"{path}:{number}: expected at least {need} {shown}-separated columns, "
                     f"found {len(fields)}"
                 )
         pair = tuple(fields[c] for c in columns)

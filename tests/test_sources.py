@@ -113,6 +113,8 @@ LOCAL_BAD_CONFIGS = [
     ({"tsv": "b", "columns": {"en": -1}}, "greater than or equal to 0"),
     # unknown key
     ({"files": {"en": "a"}, "path": "x"}, "Extra inputs are not permitted"),
+    # a separator means nothing for one file per language
+    ({"files": {"en": "a"}, "separator": " ||| "}, "separator applies to a tsv file only"),
 ]
 
 
@@ -120,6 +122,26 @@ LOCAL_BAD_CONFIGS = [
 def test_local_config_errors(config, message) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         LocalSource.from_dict(config)
+
+
+MICROTOPIA = ENJA.parents[1] / "zh-en" / "wlin12+SMMTT" / "data" / "parallel_dev"
+
+
+def test_local_separator_reads_pair_files(tmp_path) -> None:
+    """Microtopia's ``English ||| Chinese`` lines, read with ``separator``; a line without the
+    separator stops the read and names the file and line."""
+    lines = (MICROTOPIA / "microtopia_dev.en-zh").read_text(encoding="utf-8").splitlines()[:200]
+    path = tmp_path / "dev.en-zh"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    source = LocalSource.from_dict(
+        {"tsv": str(path), "columns": {"zh": 1, "en": 0}, "separator": " ||| "}
+    )
+    pairs, _ = run(source)
+    assert pairs == [tuple(reversed(line.split(" ||| "))) for line in lines]
+    assert all(re.search(r"[\u4e00-\u9fff]", zh) and " ||| " not in en for zh, en in pairs)
+    path.write_text("\n".join([*lines[:5], "no separator here", *lines[5:9]]) + "\n")
+    with pytest.raises(DataError, match=r"dev.en-zh:6: expected at least 2 ' \|\|\| '-separated"):
+        run(source)
 
 
 def test_local_missing_file_names_it(layouts, tmp_path) -> None:

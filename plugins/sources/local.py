@@ -6,6 +6,9 @@ Three equivalent ways to name the files (exactly one per source)::
     dir: data, prefix: train, langs: [en, ja]          # data/train.en, data/train.ja
     tsv: data/train.tsv, columns: {en: 0, ja: 1}       # 0-based tab-separated columns
 
+``separator`` (with ``tsv``) splits the fields on another string, e.g. ``" ||| "`` for the
+``source ||| target`` files of fast_align, Moses and the Microtopia corpus.
+
 A path ending in ``.gz`` is read through gzip. Relative paths are resolved against the current
 directory when the source is read (and fingerprinted), not when the recipe is loaded.
 """
@@ -83,6 +86,9 @@ class LocalSource(Source):
             max_length=64,
             description="language -> 0-based column of tsv; order = columns",
         )
+        separator: str = Field(
+            "\t", min_length=1, max_length=16, description="field separator of tsv (' ||| ', ...)"
+        )
 
         @model_validator(mode="after")
         def _one_form(self) -> LocalSource.Config:
@@ -105,6 +111,8 @@ class LocalSource(Source):
                 raise ValueError(f"{given[0]} also needs {' and '.join(missing)}")
             if self.langs is not None and len(set(self.langs)) != len(self.langs):
                 raise ValueError(f"langs lists a language twice: {self.langs}")
+            if self.separator != "\t" and self.tsv is None:
+                raise ValueError("separator applies to a tsv file only (give tsv + columns)")
             if self.columns is not None and len(set(self.columns.values())) != len(self.columns):
                 raise ValueError(f"columns reads one column for two languages: {self.columns}")
             return self
@@ -136,6 +144,7 @@ class LocalSource(Source):
     def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
         paths = self.paths()
         if self.config.columns is not None:
-            yield from read_tsv(paths[0], list(self.config.columns.values()), policy, stats)
+            columns = list(self.config.columns.values())
+            yield from read_tsv(paths[0], columns, policy, stats, self.config.separator)
         else:
             yield from read_parallel(paths, policy, stats)

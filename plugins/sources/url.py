@@ -228,6 +228,9 @@ class UrlSource(Source):
         columns: dict[LangCode, Column] | None = Field(
             None, min_length=1, max_length=64, description="language -> 0-based column of tsv"
         )
+        separator: str = Field(
+            "\t", min_length=1, max_length=16, description="field separator of tsv (' ||| ', ...)"
+        )
         cache_dir: str | None = Field(
             None,
             min_length=1,
@@ -289,7 +292,8 @@ class UrlSource(Source):
         paths = [downloader.fetch(spec) for spec in specs]
         try:
             if cfg.columns is not None:
-                yield from read_tsv(paths[0], list(cfg.columns.values()), policy, stats)
+                columns = list(cfg.columns.values())
+                yield from read_tsv(paths[0], columns, policy, stats, cfg.separator)
             else:
                 yield from read_parallel(paths, policy, stats)
         except DataError as exc:  # the message names cache files: say where they came from
