@@ -4,6 +4,7 @@ scores again as a table per direction and, when matplotlib is installed, ``score
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,37 @@ def direction_table(rows: list[ScoreRow]) -> list[str]:
     return lines
 
 
+STAGE_STEP = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_[A-Za-z0-9]+$")
+
+
+def stage_table(rows: list[ScoreRow]) -> list[str]:
+    """Markdown: a row per stage, a column per (direction, metric), for evaluate steps named
+    ``eval_<stage>_<direction>`` (the shipped recipes' convention: one per stage of a paper's
+    system, in recipe order); each cell also shows the change from the stage above it."""
+    staged = [(STAGE_STEP.match(r.step), r) for r in rows]
+    kept = [(m["stage"], r) for m, r in staged if m]
+    if not kept:
+        return []
+    stages = list(dict.fromkeys(stage for stage, _ in kept))
+    columns = list(dict.fromkeys((r.direction, r.metric) for _, r in kept))
+    cell = {(stage, r.direction, r.metric): r.score for stage, r in kept}
+    lines = [
+        "| stage | " + " | ".join(f"{d} {m}" for d, m in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for i, stage in enumerate(stages):
+        shown = []
+        for direction, metric in columns:
+            value = cell.get((stage, direction, metric))
+            before = cell.get((stages[i - 1], direction, metric)) if i else None
+            text = "" if value is None else f"{value:.2f}"
+            if value is not None and before is not None:
+                text += f" ({value - before:+.2f})"
+            shown.append(text)
+        lines.append(f"| {stage} | " + " | ".join(shown) + " |")
+    return lines
+
+
 def write_plot(rows: list[ScoreRow], path: Path, title: str) -> bool:
     """A bar chart per metric, a bar per direction. False (and a logged note) when
     matplotlib is not installed: the report then has the tables only."""
@@ -166,6 +198,9 @@ def render_report(recipe: Recipe, result: RunResult, plot: str | None = None) ->
             lines.append(
                 f"| {row.step} | {row.metric} | {row.score:.2f} | {_code(row.signature)} |"
             )
+        by_stage = stage_table(rows)
+        if by_stage:
+            lines += ["", "## Scores by stage", "", *by_stage]
         lines += ["", "## Scores by direction", "", *direction_table(rows), ""]
         lines.append(
             f"![scores by direction]({plot})" if plot else "(No plot: matplotlib is not installed.)"

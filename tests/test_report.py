@@ -109,6 +109,40 @@ def test_report_has_a_table_per_direction_and_a_plot(evaluated):
     assert (result.workdir / PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_report_tables_stages_with_their_changes(tmp_path, registry):
+    """Evaluate steps named eval_<stage>_<direction> make a stage-by-direction table: two real
+    WMT22 en-ja systems stand for two stages of one system."""
+    files = wmt22_slice(tmp_path / "data", "en-ja")
+    other = SHARED / "en-ja" / WMT22 / "system-outputs" / "generaltest2022.en-ja.hyp.Online-A.ja"
+    with open(other, encoding="utf-8") as handle:
+        (tmp_path / "data" / "online.ja").write_text("".join(next(handle) for _ in range(N)))
+    test = {"source": "local", "files": {"en": str(files["src"]), "ja": str(files["ref"])}}
+    evaluate = {"kind": "evaluate", "metrics": ["bleu", "chrf"]}
+    document = {
+        "name": "stages",
+        "directions": ["en-ja"],
+        "data": {
+            "test": test,
+            "online": {"source": "local", "files": {"ja": str(tmp_path / "data" / "online.ja")}},
+            "nt5": {"source": "local", "files": {"ja": str(files["hyp"])}},
+        },
+        "steps": {
+            "eval_baseline_enja": {**evaluate, "inputs": {"hyp": "online", "ref": "test"}},
+            "eval_ensemble_enja": {**evaluate, "inputs": {"hyp": "nt5", "ref": "test"}},
+        },
+    }
+    recipe = build_recipe(document, registry)
+    result = Runner(recipe, registry, tmp_path / "work", show_progress=False).run()
+    report = (result.workdir / "report.md").read_text(encoding="utf-8")
+    base = result.manifest("eval_baseline_enja")["metrics"]
+    ens = result.manifest("eval_ensemble_enja")["metrics"]
+    assert "| stage | en-ja BLEU | en-ja chrF |" in report
+    assert f"| baseline | {base['BLEU']['score']:.2f} | {base['chrF']['score']:.2f} |" in report
+    change = ens["BLEU"]["score"] - base["BLEU"]["score"]
+    assert f"| ensemble | {ens['BLEU']['score']:.2f} ({change:+.2f}) |" in report
+    assert abs(change) > 0.01  # two different systems
+
+
 def test_report_without_matplotlib_keeps_the_tables(evaluated, monkeypatch, caplog):
     recipe, result = evaluated
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
