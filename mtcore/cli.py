@@ -313,6 +313,9 @@ def evaluate_command(
 
 def main() -> None:
     from mtcore.hooks import make_plugin_manager
+    from mtcore.process import thread_defaults
+
+    thread_defaults()  # before any worker process starts
 
     make_plugin_manager().hook.mtcore_add_commands(cli=cli)
     cli(obj={})

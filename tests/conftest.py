@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from mtcore.process import thread_defaults
 from mtcore.registry import Registry, load_registry
+
+thread_defaults()  # as the CLI does: OpenMP waits passively in the processes tests start
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ENJA = SHARED / "en-ja" / "odashi+small_parallel_enja"

@@ -199,3 +199,17 @@ def test_settings_marked_not_identity_leave_the_hash_alone(registry):
     assert make_plan(build_recipe(doc, registry), registry)[0].hash == first
     doc["data"]["web"]["columns"] = {"en": 1, "ja": 0}
     assert make_plan(build_recipe(doc, registry), registry)[0].hash != first
+
+
+def test_started_processes_wait_passively_unless_told_otherwise(tmp_path, monkeypatch):
+    """OpenMP's spinning wait collapses on an oversubscribed machine: processes a step starts
+    get OMP_WAIT_POLICY=PASSIVE, and a value the user set is kept."""
+    from mtcore.process import run_logged
+
+    show = [sys.executable, "-c", "import os; print(os.environ['OMP_WAIT_POLICY'])"]
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    run_logged(show, tmp_path / "a.log", "show")
+    assert (tmp_path / "a.log").read_text().splitlines()[-1] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    run_logged(show, tmp_path / "b.log", "show")
+    assert (tmp_path / "b.log").read_text().splitlines()[-1] == "ACTIVE"
