@@ -89,12 +89,15 @@ class FilterSpec:
 
     @property
     def keep_spec(self) -> KeepSpec | None:
-        return None if self.keep is None else KeepSpec.model_validate(_thaw(dict(self.keep)))
+        return None if self.keep is None else KeepSpec.model_validate(_thaw(self.keep))
 
 
 def _freeze(value: Any) -> Any:
+    """A hashable copy of a setting: dicts and lists become tagged tuples (a dict's keys may be
+    any type, e.g. char_repetition's ``limits: {1: 4}``)."""
     if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+        items = sorted(value.items(), key=lambda kv: (type(kv[0]).__name__, kv[0]))
+        return ("__dict__", *((k, _freeze(v)) for k, v in items))
     if isinstance(value, list):
         return ("__list__", *(_freeze(v) for v in value))
     return value
@@ -103,11 +106,11 @@ def _freeze(value: Any) -> Any:
 def _thaw(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        if value and value[0] == "__list__":
+    if isinstance(value, tuple) and value:
+        if value[0] == "__list__":
             return [_thaw(v) for v in value[1:]]
-        if all(isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) for v in value):
-            return {k: _thaw(v) for k, v in value}
+        if value[0] == "__dict__":
+            return {k: _thaw(v) for k, v in value[1:]}
     return value
 
 

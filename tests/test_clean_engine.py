@@ -500,3 +500,15 @@ def test_every_filter_scores_odd_input_consistently(registry):
         one_by_one = [plugin.accept(plugin.score([pair])[0]) for pair in ODD_PAIRS]
         assert by_block.tolist() == one_by_one, name
     assert tried >= 20  # the default-constructible filters really ran
+
+
+def test_settings_with_non_string_keys_reach_the_filter(registry):
+    """A chain entry's settings are frozen (hashable) and thawed back intact: a dict keyed by
+    integers (char_repetition's limits), nested lists and dicts."""
+    (spec,) = make_specs([{"name": "char_repetition", "limits": {1: 6, 2: 4, 3: 2}}])
+    built = spec.build(registry, ("en", "ja"))
+    assert built.config.limits == {1: 6, 2: 4, 3: 2}
+    entry = {"name": "langid", "languages": ["en", "ja", "zh"], "aliases": {"zh": "ja"}}
+    (spec,) = make_specs([entry])
+    config = spec.build(registry, ("en", "ja")).config
+    assert config.languages == ["en", "ja", "zh"] and config.aliases == {"zh": "ja"}
