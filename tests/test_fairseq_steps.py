@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from mtcore.registry import load_registry
 from mtcore.step import Artifact, StepContext
 from mtcore_plugins.executors.local import LocalExecutor
 from mtcore_plugins.steps.binarize import BinarizeStep, mmap_length
-from mtcore_plugins.steps.spm import SentencePieceStep
+from mtcore_plugins.steps.spm import SentencePieceStep, _sample, temperature_quotas
 from mtcore_plugins.steps.train import (
     TrainStep,
     parse_train_log,
@@ -173,6 +174,63 @@ def test_spm_vocab_too_small_is_explained(corpora: dict[str, Path], tmp_path: Pa
         )
 
 
+def test_temperature_quotas_flatten_the_language_distribution() -> None:
+    counts = {"en": 800, "ja": 200, "xx": 0}
+    assert temperature_quotas(counts, 1.0, 0) == {"en": 800, "ja": 200, "xx": 0}
+    # p ∝ 0.8 ** 0.2 : 0.2 ** 0.2 = 0.9564 : 0.7248 -> 56.89 % : 43.11 %
+    assert temperature_quotas(counts, 5.0, 0) == {"en": 569, "ja": 431, "xx": 0}
+    assert temperature_quotas(counts, 5.0, 100) == {"en": 57, "ja": 43, "xx": 0}
+    assert temperature_quotas(counts, 1000.0, 0) == {"en": 500, "ja": 500, "xx": 0}
+    assert temperature_quotas({"en": 0}, 5.0, 0) == {"en": 0}
+
+
+def test_spm_temperature_samples_each_language_to_its_share(
+    corpora: dict[str, Path], tmp_path: Path
+) -> None:
+    """Bitext plus four times as much English monolingual text: at T = 5 Japanese gets 42 %
+    of the training sentences instead of 17 % (its text repeated), and more of the vocabulary."""
+    import sentencepiece as spm
+
+    mono = tmp_path / "mono"
+    with open(DATA / "train.en", encoding="utf-8") as en, CorpusWriter(mono, ("en",)) as writer:
+        for line in itertools.islice(en, 2000, 10000):
+            writer.write((line.rstrip("\n"),))
+    runs = {}
+    for run, temperature in (("t1", 1.0), ("t5", 5.0), ("t5b", 5.0)):
+        ctx = make_ctx(tmp_path / run, "spm", corpus=corpora["train"], mono=mono)
+        config = {"vocab_size": 1500, "num_threads": 1, "temperature": temperature}
+        SentencePieceStep.from_dict(config).run(ctx)
+        model = spm.SentencePieceProcessor(model_file=str(tmp_path / run / "model/spm.model"))
+        pieces = [model.id_to_piece(i) for i in range(model.get_piece_size())]
+        japanese = sum(any("\u3040" <= ch <= "\u9fff" for ch in piece) for piece in pieces)
+        runs[run] = (ctx, japanese, (tmp_path / run / "model/spm.model").read_bytes())
+    ctx, japanese_t1, _ = runs["t1"]
+    assert ctx.stats["spm.en.sentences"] == 2001 + 8000 and ctx.stats["spm.ja.sentences"] == 2001
+    ctx, japanese_t5, model_t5 = runs["t5"]
+    counts = {"en": 10001, "ja": 2001}
+    quotas = temperature_quotas(counts, 5.0, 0)
+    assert quotas["ja"] > 0.4 * sum(quotas.values())
+    for lang in counts:
+        assert ctx.stats[f"spm.{lang}.sentences"] == counts[lang]
+        assert ctx.stats[f"spm.{lang}.sampled"] == quotas[lang]
+    assert ctx.metrics["language_shares"]["ja"] == pytest.approx(quotas["ja"] / 12002, abs=1e-6)
+    assert japanese_t5 > japanese_t1 * 1.1, (japanese_t1, japanese_t5)
+    assert runs["t5b"][2] == model_t5  # the sample is seeded
+    assert Artifact.open(tmp_path / "t5/model").meta["temperature"] == 5.0
+
+
+def test_spm_sample_repeats_then_selects(tmp_path: Path) -> None:
+    text = tmp_path / "x.txt"
+    text.write_text("a\n\nb\nc\nd\n", encoding="utf-8")  # the empty line is never drawn
+    for quota in (0, 2, 4, 6, 9):
+        drawn = list(_sample([text], 4, quota, random.Random(quota)))
+        assert len(drawn) == quota
+        copies, extra = divmod(quota, 4)
+        assert drawn[: 4 * copies] == ["a", "b", "c", "d"] * copies
+        rest = drawn[4 * copies :]
+        assert len(set(rest)) == extra and rest == sorted(rest)  # distinct, in corpus order
+
+
 # --- binarize ----------------------------------------------------------------------------
 
 
@@ -219,6 +277,54 @@ def test_binarize_reuses_a_given_dictionary(
     assert (tmp_path / "alone" / "data" / "dict.en.txt").read_bytes() != (
         data / "dict.en.txt"
     ).read_bytes()
+
+
+def test_binarize_samples_source_segmentations(
+    corpora: dict[str, Path], spm_model: Path, tmp_path: Path
+) -> None:
+    """Subword regularization on the source side (Yishu §2.1.3): every training source is
+    segmented by a sampled segmentation of the same text, ``copies`` times, the target keeps
+    its best segmentation, validation data is untouched, and a seed fixes the samples."""
+    import sentencepiece as spm
+
+    model = spm.SentencePieceProcessor(model_file=str(spm_model / "spm.model"))
+    encoded = {}
+    for run, seed in (("a", 1), ("b", 1), ("c", 2)):
+        ctx = make_ctx(
+            tmp_path / run, "binarize", train=corpora["train"], valid=corpora["valid"],
+            spm=spm_model,
+        )  # fmt: skip
+        config = {"src": "en", "tgt": "ja", "src_sampling": {"alpha": 0.2, "copies": 2,
+                  "seed": seed}}  # fmt: skip
+        BinarizeStep.from_dict(config).run(ctx)
+        data = tmp_path / run / "data"
+        assert Artifact.open(data).meta["lines"] == {"train": 2 * 2003, "valid": 501}
+        assert mmap_length(data / "train.en-ja.en.idx") == 2 * 2003
+        scratch = tmp_path / run / ".scratch/encoded"
+        encoded[run] = {
+            name: (scratch / name).read_text(encoding="utf-8").splitlines()
+            for name in ("train.en", "train.ja", "valid.en")
+        }
+    a = encoded["a"]
+    src = [line.rstrip("\n") for line in (corpora["train"] / "corpus.en").open(encoding="utf-8")]
+    best = [" ".join(pieces) for pieces in model.encode(src, out_type=str)]
+    tgt = [line.rstrip("\n") for line in (corpora["train"] / "corpus.ja").open(encoding="utf-8")]
+    tgt_best = [" ".join(pieces) for pieces in model.encode(tgt, out_type=str)]
+    first, second = a["train.en"][:2003], a["train.en"][2003:]
+    assert a["train.ja"] == tgt_best + tgt_best
+    for copy in (first, second):
+        # the same text (spm's normalization), segmented otherwise in most sentences
+        assert [model.decode(line.split()) for line in copy] == [
+            model.decode(line.split()) for line in best
+        ]
+        changed = sum(x != y for x, y in zip(copy, best, strict=True))
+        assert changed > 0.5 * 2003, changed
+    assert sum(x != y for x, y in zip(first, second, strict=True)) > 0.5 * 2003
+    valid = [line.rstrip("\n") for line in (corpora["valid"] / "corpus.en").open(encoding="utf-8")]
+    assert a["valid.en"] == [" ".join(p) for p in model.encode(valid, out_type=str)]
+    assert encoded["b"] == a and encoded["c"]["train.en"] != a["train.en"]
+    with pytest.raises(ValueError, match="alpha"):
+        BinarizeStep.from_dict({"src": "en", "tgt": "ja", "src_sampling": {"alpha": 0}})
 
 
 def test_binarize_rejects_missing_language(

@@ -1,14 +1,26 @@
-"""Encodes train/valid corpora with SentencePiece and binarizes them with fairseq-preprocess."""
+"""Encodes train/valid corpora with SentencePiece and binarizes them with fairseq-preprocess.
+
+``src_sampling`` is subword regularization on the source side of the training data (Kudo
+2018; Provilkov et al. 2019's BPE-dropout; Yishu §2.1.3: "exclusively applied to the source
+side"): each training source is segmented by a segmentation sampled from the model (a unigram
+model samples from its lattice, smoothed by ``alpha``; a BPE model drops each merge with
+probability ``alpha``), ``copies`` times with the target repeated. fairseq trains on binarized
+data, so the samples are drawn once here, not anew each epoch as the papers do; ``copies``
+above 1 gives the model several segmentations of each sentence. The validation data, the
+targets and every decoding input keep the single best segmentation.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import sys
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mtcore.corpus import Corpus, batched
 from mtcore.errors import DataError, StepError
@@ -21,10 +33,32 @@ CHUNK = 10_000
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
 
 
+class SubwordSampling(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Provilkov et al. 2019 §4: dropout 0.1 for BPE; Kudo 2018 §5: alpha 0.1-0.5, l = inf.
+    alpha: float = Field(
+        0.1,
+        gt=0.0,
+        le=1.0,
+        description="unigram: smoothing of the sampling distribution; BPE: merge-dropout rate",
+    )
+    nbest_size: int = Field(
+        -1, ge=-1, le=1000, description="unigram: sample from the n best (-1: the whole lattice)"
+    )
+    copies: int = Field(1, ge=1, le=100, description="sampled segmentations of each training pair")
+    seed: int = Field(1, ge=0, le=2**31 - 1, description="seed of SentencePiece's sampler")
+
+
 class BinarizeConfig(PluginConfig):
     src: str = Field(min_length=1, max_length=32, description="source language of the corpora")
     tgt: str = Field(min_length=1, max_length=32, description="target language of the corpora")
     workers: int = Field(1, ge=1, le=128, description="fairseq-preprocess worker processes")
+    src_sampling: SubwordSampling | None = Field(
+        None,
+        description="subword regularization of the training sources: {alpha, nbest_size, "
+        "copies, seed}; unset: the single best segmentation",
+    )
 
 
 class BinarizeStep(Step):
@@ -37,6 +71,7 @@ class BinarizeStep(Step):
 
     name = "binarize"
     Config = BinarizeConfig
+    config: BinarizeConfig
     inputs: ClassVar[dict[str, bool]] = {
         "train": True,
         "valid": True,
@@ -61,6 +96,7 @@ class BinarizeStep(Step):
                         f"{lang} from {count} input lines; see {out / 'binarize.log'}"
                     )
             ctx.stats.add(f"binarize.{split}_lines", count)
+        sampling = self.config.src_sampling
         write_artifact_meta(
             out,
             type="fairseq-data",
@@ -68,11 +104,14 @@ class BinarizeStep(Step):
             tgt=self.config.tgt,
             lines=lines,
             dict=f"dict.{self.config.src}.txt",
+            src_sampling=None if sampling is None else sampling.model_dump(),
         )
 
     def _encode(self, ctx: StepContext, split: str, processor: Any, encoded: Path) -> int:
         corpus = Corpus.open(ctx.inputs[split].path)
         columns = [self._column(corpus, lang, split) for lang in (self.config.src, self.config.tgt)]
+        sampling = self.config.src_sampling if split == "train" else None
+        copies = 1 if sampling is None else sampling.copies
         count = 0
         with ExitStack() as stack:
             handles = [
@@ -81,13 +120,24 @@ class BinarizeStep(Step):
                 )
                 for lang in (self.config.src, self.config.tgt)
             ]
-            for chunk in batched(corpus, CHUNK):
-                for column, handle in zip(columns, handles, strict=True):
-                    for pieces in processor.encode([pair[column] for pair in chunk], out_type=str):
-                        if not pieces:
-                            ctx.stats.add(f"binarize.{split}_empty")
-                        handle.write(" ".join(pieces) + "\n")
-                count += len(chunk)
+            for number, chunk in enumerate(batched(corpus, CHUNK)):
+                src, tgt = ([pair[column] for pair in chunk] for column in columns)
+                tgt_pieces = processor.encode(tgt, out_type=str)
+                src_best = processor.encode(src, out_type=str) if sampling is None else []
+                for copy in range(copies):
+                    src_pieces = (
+                        src_best
+                        if sampling is None
+                        else _sampled(processor, src, sampling, (number, copy))
+                    )
+                    for encoded_side, handle in zip((src_pieces, tgt_pieces), handles, strict=True):
+                        for pieces in encoded_side:
+                            if not pieces:
+                                ctx.stats.add(f"binarize.{split}_empty")
+                            handle.write(" ".join(pieces) + "\n")
+                count += len(chunk) * copies
+        if sampling is not None:
+            ctx.stats.add(f"binarize.{split}_sampled_copies", copies)
         return count
 
     def _column(self, corpus: Corpus, lang: str, split: str) -> int:
@@ -133,6 +183,46 @@ class BinarizeStep(Step):
         if dictionary is not None:  # with --joined-dictionary it serves both sides
             cmd += ["--srcdict", str(dictionary)]
         run_logged(cmd, out / "binarize.log", "fairseq-preprocess")
+
+
+def _sampled(
+    processor: Any, texts: list[str], sampling: SubwordSampling, part: tuple[int, int]
+) -> list[list[str]]:
+    """One sampled segmentation per text. SentencePiece draws from a generator per thread,
+    seeded from the global seed when the thread first samples (a later
+    ``set_random_generator_seed`` does not reseed it), so each part is sampled on a new
+    thread started after setting a seed derived from ``sampling.seed`` and the part's
+    (chunk, copy) number: the same samples in any process, whatever ran before."""
+    import sentencepiece as spm
+
+    key = hashlib.sha256(f"{sampling.seed}:{part[0]}:{part[1]}".encode()).digest()
+    spm.set_random_generator_seed(int.from_bytes(key[:4], "little"))
+    result: list[list[list[str]]] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(
+                [
+                    processor.encode(
+                        text,
+                        out_type=str,
+                        enable_sampling=True,
+                        alpha=sampling.alpha,
+                        nbest_size=sampling.nbest_size,
+                    )
+                    for text in texts
+                ]
+            )
+        except BaseException as exc:  # re-raised on the calling thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=work, name="spm-sampling")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return result[0]
 
 
 def load_spm(path: Path) -> Any:

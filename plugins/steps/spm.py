@@ -1,9 +1,20 @@
-"""Trains one joint SentencePiece model over every language of a corpus."""
+"""Trains one joint SentencePiece model over every language of its corpora.
+
+With ``temperature: T`` above 1 the training text is sampled per language, language ``l``
+getting a share ``p_l ∝ (n_l / N) ** (1 / T)`` of the sentences (``n_l`` its non-empty
+sentences, ``N`` all of them), as multilingual systems train their vocabularies (Conneau and
+Lample 2019; Tran et al. 2021, whom Yishu §2.1.3 follows with T = 5): a language with little
+text gets more pieces than its raw share would give it. The sample has as many sentences as
+the input (at most ``input_sentence_size``); a language whose quota exceeds its text is
+repeated whole, and the rest of a quota is chosen by seeded selection sampling, in corpus order
+(the ``mix`` step's rule), so the sample is exact and reproducible.
+"""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -13,6 +24,7 @@ from mtcore.corpus import Corpus
 from mtcore.errors import StepError
 from mtcore.plugin import PluginConfig
 from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore_plugins.steps.mix import role_rng, round_half_up
 
 
 class SentencePieceConfig(PluginConfig):
@@ -42,6 +54,14 @@ class SentencePieceConfig(PluginConfig):
         Field("nmt_nfkc", description="normalization applied before segmentation")
     )
     seed: int = Field(1, ge=0, le=2**31 - 1, description="seed of the sentence sampling")
+    temperature: float = Field(
+        1.0,
+        ge=1.0,
+        le=1000.0,
+        description="sample each language's sentences with probability proportional to "
+        "(its share of the text) ** (1 / temperature); 1 trains on the text as it is "
+        "(Yishu §2.1.3: 5)",
+    )
     num_threads: int = Field(
         4,
         ge=1,
@@ -71,20 +91,23 @@ class SentencePieceConfig(PluginConfig):
 
 
 class SentencePieceStep(Step):
-    """One SentencePiece model shared by all languages (``spm.model``, ``spm.vocab``)."""
+    """One SentencePiece model shared by all languages (``spm.model``, ``spm.vocab``),
+    trained on ``corpus`` and any further corpora given under other role names (monolingual
+    text, say), every column of every input whose language is in ``langs``."""
 
     name = "spm"
     Config = SentencePieceConfig
-    inputs: ClassVar[dict[str, bool]] = {"corpus": True}
+    config: SentencePieceConfig
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
 
     def run(self, ctx: StepContext) -> None:
         import sentencepiece as spm
 
-        corpus = Corpus.open(ctx.inputs["corpus"].path)
-        columns = self._columns(corpus)
+        corpora = {role: Corpus.open(artifact.path) for role, artifact in ctx.inputs.items()}
+        files = self._files(corpora)
         out = ctx.output("model")
-        model = self._train(spm, corpus, columns, ctx)
+        model = self._train(spm, self._sentences(files, ctx), ctx)
         (out / "spm.model").write_bytes(model)
         processor = spm.SentencePieceProcessor(model_proto=model)
         write_vocab(processor, out / "spm.vocab")
@@ -96,10 +119,11 @@ class SentencePieceStep(Step):
             vocab="spm.vocab",
             vocab_size=processor.get_piece_size(),
             model_type=self.config.model_type,
-            langs=[corpus.langs[c] for c in columns],
+            langs=list(files),
+            temperature=self.config.temperature,
         )
 
-    def _train(self, spm: Any, corpus: Corpus, columns: list[int], ctx: StepContext) -> bytes:
+    def _train(self, spm: Any, sentences: Iterator[str], ctx: StepContext) -> bytes:
         """The serialized model. Written through ``model_writer`` rather than ``model_prefix``,
         which spm would record inside the model and so make it depend on the work path."""
         buffer = io.BytesIO()
@@ -108,7 +132,7 @@ class SentencePieceStep(Step):
         try:
             with open(log_file, "w") as log:
                 spm.SentencePieceTrainer.Train(
-                    sentence_iterator=self._sentences(corpus, columns, ctx),
+                    sentence_iterator=sentences,
                     model_writer=buffer,
                     logstream=log,
                     **self._trainer_options(),
@@ -121,15 +145,41 @@ class SentencePieceStep(Step):
             ) from exc
         return buffer.getvalue()
 
-    def _columns(self, corpus: Corpus) -> list[int]:
-        if self.config.langs is None:
-            return list(range(len(corpus.langs)))
-        missing = [lang for lang in self.config.langs if lang not in corpus.langs]
+    def _files(self, corpora: dict[str, Corpus]) -> dict[str, list[Path]]:
+        """Language -> the text files holding it, in input order."""
+        files: dict[str, list[Path]] = {}
+        for corpus in corpora.values():
+            for lang in corpus.langs:
+                if self.config.langs is None or lang in self.config.langs:
+                    files.setdefault(lang, []).append(corpus.file(lang))
+        missing = [lang for lang in self.config.langs or [] if lang not in files]
         if missing:
-            raise StepError(
-                f"spm: languages {missing} are not in the corpus (it has {list(corpus.langs)})"
-            )
-        return [corpus.langs.index(lang) for lang in self.config.langs]
+            found = {role: list(corpus.langs) for role, corpus in corpora.items()}
+            raise StepError(f"spm: languages {missing} are in no input (the inputs have {found})")
+        if self.config.langs is not None:
+            files = {lang: files[lang] for lang in self.config.langs}
+        return files
+
+    def _sentences(self, files: dict[str, list[Path]], ctx: StepContext) -> Iterator[str]:
+        if self.config.temperature == 1.0:
+            for lang, paths in files.items():
+                for line in _nonempty(paths):
+                    ctx.stats.add(f"spm.{lang}.sentences")
+                    ctx.stats.add("spm.sentences")
+                    yield line
+            return
+        counts = {lang: sum(1 for _ in _nonempty(paths)) for lang, paths in files.items()}
+        quotas = temperature_quotas(
+            counts, self.config.temperature, self.config.input_sentence_size
+        )
+        ctx.metrics["language_shares"] = {
+            lang: round(quota / max(1, sum(quotas.values())), 6) for lang, quota in quotas.items()
+        }
+        for lang, paths in files.items():
+            ctx.stats.add(f"spm.{lang}.sentences", counts[lang])
+            ctx.stats.add(f"spm.{lang}.sampled", quotas[lang])
+            ctx.stats.add("spm.sentences", quotas[lang])
+            yield from _sample(paths, counts[lang], quotas[lang], role_rng(self.config.seed, lang))
 
     def _trainer_options(self) -> dict[str, object]:
         c = self.config
@@ -137,7 +187,8 @@ class SentencePieceStep(Step):
             "model_type": c.model_type,
             "vocab_size": c.vocab_size,
             "character_coverage": c.character_coverage,
-            "input_sentence_size": c.input_sentence_size,
+            # a temperature sample is already sized; spm takes every sentence of it
+            "input_sentence_size": c.input_sentence_size if c.temperature == 1.0 else 0,
             "shuffle_input_sentence": True,
             "max_sentence_length": c.max_sentence_length,
             "byte_fallback": c.byte_fallback,
@@ -151,13 +202,48 @@ class SentencePieceStep(Step):
             options["user_defined_symbols"] = c.user_defined_symbols
         return options
 
-    @staticmethod
-    def _sentences(corpus: Corpus, columns: list[int], ctx: StepContext) -> Iterator[str]:
-        for pair in corpus:
-            for column in columns:
-                if pair[column].strip():
-                    ctx.stats.add("spm.sentences")
-                    yield pair[column]
+
+def temperature_quotas(counts: dict[str, int], temperature: float, limit: int) -> dict[str, int]:
+    """Sentences sampled per language: ``S * p_l`` rounded half up, ``p_l ∝ (n_l / N) ** (1 /
+    T)``, ``S`` the total (at most ``limit`` when that is not 0). Languages without text get
+    none."""
+    total = sum(counts.values())
+    if total == 0:
+        return dict.fromkeys(counts, 0)
+    size = min(total, limit) if limit else total
+    weights = {lang: (n / total) ** (1.0 / temperature) for lang, n in counts.items() if n}
+    norm = sum(weights.values())
+    return {
+        lang: round_half_up(Fraction(size) * Fraction(weights[lang] / norm)) if n else 0
+        for lang, n in counts.items()
+    }
+
+
+def _nonempty(paths: list[Path]) -> Iterator[str]:
+    for path in paths:
+        with open(path, encoding="utf-8", newline="\n") as handle:
+            for line in handle:
+                text = line.rstrip("\n")
+                if text.strip():
+                    yield text
+
+
+def _sample(paths: list[Path], size: int, quota: int, rng: Any) -> Iterator[str]:
+    """``quota // size`` passes over the text, then ``quota % size`` sentences chosen by
+    selection sampling (Knuth's Algorithm S), in corpus order."""
+    if size == 0:
+        return
+    copies, need = divmod(quota, size)
+    for _ in range(copies):
+        yield from _nonempty(paths)
+    left = size
+    for line in _nonempty(paths):
+        if need == 0:
+            return
+        if rng.random() * left < need:
+            need -= 1
+            yield line
+        left -= 1
 
 
 def write_vocab(processor: Any, path: Path) -> None:
