@@ -604,6 +604,27 @@ def test_detruecase_lowercased_lines(number, expected):
     assert detruecase(real(ENJA / "train.en", number), "en") == expected
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # a format placeholder leads the line (gettext strings): Moses upper-cases the token's
+        # first character, "%", so nothing changes
+        ("%s: %s", "%s: %s"),
+        ("%d files. %s left", "%d files. %s left"),
+        ("#tag and @user", "#tag and @user"),
+        # opening quotes and brackets of detokenized text are skipped
+        ('"hello," she said.', '"Hello," she said.'),
+        ("(see below) now", "(See below) now"),
+        ("「hello」", "「Hello」"),
+        ("¿qué pasa?", "¿Qué pasa?"),
+        # after a sentence end, the next word's first letter
+        ("done. «next» one", "Done. «Next» one"),
+    ],
+)
+def test_detruecase_leaves_words_led_by_symbols(line, expected):
+    assert detruecase(line, "en") == expected
+
+
 def test_truecaser_recipe_trains_truecases_and_detruecases(tmp_path, registry):
     files = tatoeba_slice(tmp_path / "data", 6000)
     document = normalize_doc(files, ["whitespace"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,12 +168,24 @@ class TruecaseModel:
         return "".join(parts) + line[done:] if parts else line
 
 
+def _opening(char: str) -> bool:
+    """An opening quote or bracket (Moses' delayed sentence start, any script), or the
+    Spanish inverted marks."""
+    return char in "\"'¿¡" or unicodedata.category(char) in ("Ps", "Pi", "Pf")
+
+
 def detruecase(line: str, lang: str) -> str:
-    """detruecase.perl: upper-case the first letter of each sentence-initial word."""
+    """detruecase.perl: upper-case the first letter of each sentence-initial word. Moses
+    upper-cases a token's first character, so a word led by anything but opening quotes and
+    brackets (``%s``, ``#tag``, ``@user``, ``$x``) keeps its case; on detokenized text the
+    quotes and brackets are part of the token and are skipped (``"hello`` -> ``"Hello``)."""
     parts: list[str] = []
     done = 0
     for start, _end, initial in words(line, lang):
-        if initial and line[start].islower():
+        lead = start
+        while lead > 0 and not line[lead - 1].isspace():
+            lead -= 1
+        if initial and line[start].islower() and all(map(_opening, line[lead:start])):
             parts += (line[done:start], line[start].upper())
             done = start + 1
     return "".join(parts) + line[done:] if parts else line
