@@ -27,7 +27,7 @@ from pydantic import Field, ValidationError, model_validator
 from mtcore.errors import PluginError
 from mtcore.plugin import Filter, PluginConfig
 from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_memo
 from mtcore.textblock import BlockReader, RawBlock, TextBlock
 
 KEPT = -1
@@ -276,17 +276,14 @@ def _as_score_array(scores: Any, name: str) -> np.ndarray:
     return values if values.ndim > 1 else values.reshape(-1, 1)
 
 
-_WORKER_CHAINS: dict[tuple[Any, ...], Chain] = {}
-
-
 def _chain(
     specs: tuple[FilterSpec, ...], langs: tuple[str, ...], resources: tuple[tuple[str, str], ...]
 ) -> Chain:
-    key = (specs, langs, resources)
-    if key not in _WORKER_CHAINS:
-        paths = {role: Path(path) for role, path in resources}
-        _WORKER_CHAINS[key] = Chain(specs, load_registry(), langs, paths)
-    return _WORKER_CHAINS[key]
+    """The filter chain of a shard task, built once per worker process."""
+    paths = {role: Path(path) for role, path in resources}
+    return worker_memo(
+        (specs, langs, resources), lambda: Chain(specs, load_registry(), langs, paths)
+    )
 
 
 ChainTask = tuple[tuple[FilterSpec, ...], tuple[str, ...], tuple[tuple[str, str], ...], RawBlock]

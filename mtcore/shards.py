@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,3 +74,19 @@ def _save(path: Path, value: Any) -> None:
 def _load(path: Path) -> Any:
     with open(path, "rb") as handle:
         return pickle.load(handle)
+
+
+_WORKER_MEMO: dict[Hashable, Any] = {}
+
+
+def worker_memo(key: Hashable, build: Callable[[], T], *, only: bool = False) -> T:
+    """``build()`` once per worker process for ``key`` (a shard task names the plugin chain it
+    needs by its settings, and the worker builds the chain on its first shard and reuses it
+    for the rest). ``only`` drops every other memo first: for chains holding models, which
+    should not pile up in a long-lived worker as steps succeed one another."""
+    if key not in _WORKER_MEMO:
+        if only:
+            _WORKER_MEMO.clear()
+        _WORKER_MEMO[key] = build()
+    value: T = _WORKER_MEMO[key]
+    return value

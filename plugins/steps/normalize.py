@@ -22,7 +22,7 @@ from mtcore.errors import StepError
 from mtcore.plugin import PluginConfig, Processor
 from mtcore.recipe import check_components
 from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_memo
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
 
@@ -91,15 +91,9 @@ def check_langs(entries: Sequence[Any], field: str) -> list[tuple[str, str]]:
     return problems
 
 
-_WORKER_CHAINS: dict[tuple[ProcessorSpec, ...], list[Processor]] = {}
-
-
 def _chain(specs: tuple[ProcessorSpec, ...]) -> list[Processor]:
     """The processors of ``specs``, built once per worker process."""
-    if specs not in _WORKER_CHAINS:
-        registry = load_registry()
-        _WORKER_CHAINS[specs] = [spec.build(registry) for spec in specs]
-    return _WORKER_CHAINS[specs]
+    return worker_memo(specs, lambda: [spec.build(load_registry()) for spec in specs])
 
 
 def checked(
