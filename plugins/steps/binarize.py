@@ -123,10 +123,9 @@ class BinarizeStep(Step):
             for number, chunk in enumerate(batched(corpus, CHUNK)):
                 src, tgt = ([pair[column] for pair in chunk] for column in columns)
                 tgt_pieces = processor.encode(tgt, out_type=str)
-                src_best = processor.encode(src, out_type=str) if sampling is None else []
-                for copy in range(copies):
+                for copy in range(copies):  # one copy when sampling is None
                     src_pieces = (
-                        src_best
+                        processor.encode(src, out_type=str)
                         if sampling is None
                         else _sampled(processor, src, sampling, (number, copy))
                     )
