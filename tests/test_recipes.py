@@ -77,6 +77,36 @@ def test_default_profile_runs_end_to_end(registry, path, tmp_path):
         assert sum(bool(line.strip()) for line in lines) > 0.25 * len(lines) > 0, step_id
     report = (work / "report.md").read_text(encoding="utf-8")
     assert "## Scores by stage" in report
+    check_stage_significance(path, work, evals)
+
+
+def check_stage_significance(path: Path, work: Path, evals: list[str]) -> None:
+    """scripts/stage_significance.py on the finished run: a row per pair of consecutive stages
+    of each direction, each BLEU change the difference of the two evaluate steps' scores."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "stage_significance.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(path), "-w", str(work), "--samples", "50"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    bleu = {}
+    for step_id in evals:
+        (manifest_path,) = work.glob(f"steps/{step_id}-*/manifest.json")
+        bleu[step_id] = json.loads(manifest_path.read_text())["metrics"]["BLEU"]["score"]
+    rows = [line.split(" | ") for line in done.stdout.splitlines()[2:]]
+    stages: dict[str, list[str]] = {}
+    for step_id in bleu:  # recipe order is not sorted order: compare the sets of pairs
+        match = EVAL_ID.match(step_id)
+        if match:
+            stages.setdefault(match["direction"], []).append(match["stage"])
+    assert len(rows) == sum(len(found) - 1 for found in stages.values())
+    for row in rows:
+        direction, change = row[0].strip("| "), row[1]
+        before, after = change.split(" -> ")
+        delta = bleu[f"eval_{after}_{direction}"] - bleu[f"eval_{before}_{direction}"]
+        assert abs(float(row[2]) - delta) < 0.006, (row, delta)
+        assert 0 <= float(row[3]) <= 1 and 0 <= float(row[5].strip(" |")) <= 1, row
 
 
 def hypothesis_lines(step_dir: Path, output: str) -> list[str]:
