@@ -94,7 +94,7 @@ def direction_table(rows: list[ScoreRow]) -> list[str]:
     return lines
 
 
-STAGE_STEP = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_[A-Za-z0-9]+$")
+STAGE_STEP = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+)$")
 
 
 def stage_table(rows: list[ScoreRow]) -> list[str]:

@@ -23,9 +23,8 @@ from mtcore.corpus import Corpus
 from mtcore.plan import make_plan, step_dir
 from mtcore.recipe import build_recipe, read_yaml
 from mtcore.registry import load_registry
+from mtcore.report import STAGE_STEP
 from mtcore.runner import is_complete, read_manifest
-
-STAGE_STEP = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+)$")
 
 
 def texts(workdir: Path, reference: dict[str, str], lang: str | None = None) -> list[str]:
