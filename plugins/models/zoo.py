@@ -56,6 +56,9 @@ PRESETS: dict[str, Preset] = {
         )
         for name, (enc, enc_ffn, dec, dec_ffn) in NT5_TABLE4.items()
     },
+    # The tiny twin of §3.2's initial model (Transformer-big, FFN 4096: no B2T, no RPE), the
+    # same size as the tiny ensemble members so that stages compare data, not model size.
+    "mtcore_nt5_initial_tiny": Preset(TRANSFORMER, "transformer_presets", dims(64, 512, 4, 2, 2)),
     "mtcore_nt5_b2t_rpe_tiny": Preset(MTCORE, "b2t", dims(64, 512, 4, 2, 2, **NT5_EXT)),
     "mtcore_nt5_b2t_tiny": Preset(MTCORE, "b2t", dims(64, 512, 4, 2, 2, b2t=True)),
     "mtcore_nt5_rpe_tiny": Preset(MTCORE, "rpe", dims(64, 512, 4, 2, 2, rpe_max_distance=16)),
