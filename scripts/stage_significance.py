@@ -5,8 +5,9 @@ recipe, in recipe order, compared with the stage above it on the same test set.
     .venv/bin/python scripts/stage_significance.py recipes/yishu.yaml -p small -w work/yishu-small
 
 Run from where the recipe was run (local corpus paths are resolved against the current
-directory, and they are part of the step hashes). BLEU uses the tokenizer of the evaluate
-step's signature; chrF sacrebleu's defaults, as the evaluate steps do.
+directory, and they are part of the step hashes). Each metric is rebuilt from the signature the
+evaluate step recorded (tokenizer, case, smoothing, chrF orders), and the rescored systems must
+match the recorded scores, or the script stops.
 """
 
 from __future__ import annotations
@@ -35,6 +36,33 @@ def texts(workdir: Path, reference: dict[str, str], lang: str | None = None) -> 
     return [pair[column] for pair in corpus]
 
 
+def metric_from_signature(name: str, signature: str) -> BLEU | CHRF:
+    """The sacrebleu metric whose signature is ``signature`` (``nrefs`` and ``version`` aside):
+    ``case:lc`` lowercases, ``tok``/``smooth`` pick BLEU's tokenizer and smoothing, ``nc``/
+    ``nw``/``space`` chrF's orders and whitespace."""
+    fields = dict(part.split(":", 1) for part in signature.split("|"))
+    lowercase = fields.get("case") == "lc"
+    if name == "BLEU":
+        smooth = re.fullmatch(r"([\w-]+)(?:\[([\d.]+)\])?", fields.get("smooth", "exp"))
+        if smooth is None:
+            raise SystemExit(f"unreadable BLEU smoothing in signature {signature!r}")
+        return BLEU(
+            tokenize=fields.get("tok"),
+            lowercase=lowercase,
+            smooth_method=smooth[1],
+            smooth_value=float(smooth[2]) if smooth[2] else None,
+            effective_order=fields.get("eff") == "yes",
+        )
+    if name == "chrF":
+        return CHRF(
+            char_order=int(fields.get("nc", 6)),
+            word_order=int(fields.get("nw", 0)),
+            lowercase=lowercase,
+            whitespace=fields.get("space") == "yes",
+        )
+    raise SystemExit(f"no paired test for metric {name!r} (BLEU and chrF have one)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", type=Path)
@@ -58,8 +86,10 @@ def main() -> None:
         for (before, old), (after, new) in pairwise(stages):
             lang = next(iter(new["metrics"].values()))["direction"].split("-")[-1]
             refs = texts(args.workdir, new["inputs"]["ref"], lang)
-            tok = re.search(r"tok:([^|]+)", new["metrics"]["BLEU"]["signature"])
-            metrics = {"BLEU": BLEU(tokenize=tok[1] if tok else None), "chrF": CHRF()}
+            metrics = {
+                name: metric_from_signature(name, new["metrics"][name]["signature"])
+                for name in ("BLEU", "chrF")
+            }
             systems = [
                 (before, texts(args.workdir, old["inputs"]["hyp"])),
                 (after, texts(args.workdir, new["inputs"]["hyp"])),
@@ -67,9 +97,16 @@ def main() -> None:
             test = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=args.samples)
             _, results = test()
             cells = []
-            for metric, (first, second) in results.items():  # "System", then the metrics
-                if metric == "System":
-                    continue
+            scored = [pair for name, pair in results.items() if name != "System"]
+            for metric, (first, second) in zip(metrics, scored, strict=True):
+                for manifest, result in ((old, first), (new, second)):
+                    recorded = manifest["metrics"][metric]["score"]
+                    if abs(result.score - recorded) > 0.01:
+                        raise SystemExit(
+                            f"{direction} {before} -> {after}: {metric} rescored "
+                            f"{result.score:.2f}, the evaluate step recorded {recorded:.2f} "
+                            f"({manifest['metrics'][metric]['signature']})"
+                        )
                 cells += [f"{second.score - first.score:+.2f}", f"{second.p_value:.3f}"]
             print(f"| {direction} | {before} -> {after} | " + " | ".join(cells) + " |")
 
