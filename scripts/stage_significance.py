@@ -22,7 +22,7 @@ from sacrebleu.significance import PairedTest
 
 from mtcore.corpus import Corpus
 from mtcore.plan import make_plan, step_dir
-from mtcore.recipe import build_recipe, read_yaml
+from mtcore.recipe import load_recipe
 from mtcore.registry import load_registry
 from mtcore.report import STAGE_STEP
 from mtcore.runner import is_complete, read_manifest
@@ -68,10 +68,18 @@ def main() -> None:
     parser.add_argument("recipe", type=Path)
     parser.add_argument("--profile", "-p", default=None, help="profile (default: the recipe's)")
     parser.add_argument("--workdir", "-w", type=Path, required=True)
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="the overrides the run was made with (repeatable), as for mtcore run",
+    )
     parser.add_argument("--samples", type=int, default=1000, help="bootstrap resamples")
     args = parser.parse_args()
     registry = load_registry()
-    recipe = build_recipe(read_yaml(args.recipe), registry, args.profile, source=str(args.recipe))
+    recipe = load_recipe(args.recipe, registry, args.profile, args.sets)
     by_direction: dict[str, list[tuple[str, dict]]] = {}
     for planned in make_plan(recipe, registry):
         match = STAGE_STEP.match(planned.id)
