@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +35,54 @@ def hash_tree(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
         if path.is_file():
             out[rel.as_posix()] = hash_file(path)
     return out
+
+
+def cache_home() -> Path:
+    """``$MTCORE_CACHE``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/mtcore."""
+    if os.environ.get("MTCORE_CACHE"):
+        return Path(os.environ["MTCORE_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mtcore"
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of ``path``'s bytes, remembered by (path, size, mtime_ns, inode) as DVC does, so
+    an unchanged file is read once. A copy, a checkout or a ``touch`` re-reads the file but
+    keeps its hash (and so every cached step that read it); only new bytes change it. The
+    memory is an SQLite file in :func:`cache_home` shared by processes; if it cannot be
+    opened, every call reads the file."""
+    path = Path(path).absolute()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    try:
+        db = _open_memory()
+    except (OSError, sqlite3.Error):
+        return hash_file(path)
+    try:
+        with db:
+            row = db.execute(
+                "SELECT sha256 FROM files WHERE path = ? AND size = ? AND mtime_ns = ? "
+                "AND inode = ?",
+                key,
+            ).fetchone()
+        if row:
+            return row[0]
+        digest = hash_file(path)
+        with db:
+            db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)", (*key, digest))
+        return digest
+    except sqlite3.Error:
+        return hash_file(path)
+    finally:
+        db.close()
+
+
+def _open_memory() -> sqlite3.Connection:
+    home = cache_home()
+    home.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(home / "file-hashes.sqlite", timeout=60)
+    with db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, "
+            "mtime_ns INTEGER, inode INTEGER, sha256 TEXT)"
+        )
+    return db

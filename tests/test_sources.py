@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import json
 import logging
+import os
 import re
 import struct
 import threading
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from mtcore.corpus import InputPolicy
 from mtcore.errors import DataError
+from mtcore.hashing import content_hash
 from mtcore.registry import load_registry
 from mtcore.stats import Stats
 from mtcore_plugins.sources.gettext import GettextSource, catalog_units
@@ -155,11 +157,44 @@ def test_local_missing_file_names_it(layouts, tmp_path) -> None:
 def test_local_fingerprint_follows_files(layouts, tmp_path) -> None:
     source = LocalSource.from_dict({"dir": "plain", "prefix": "train", "langs": ["en", "ja"]})
     before = source.fingerprint()
-    assert str(tmp_path / "plain" / "train.en") in before  # resolved against the cwd
+    en, ja = tmp_path / "plain" / "train.en", tmp_path / "plain" / "train.ja"
+    assert json.loads(before) == [hashlib.sha256(p.read_bytes()).hexdigest() for p in (en, ja)]
     assert source.fingerprint() == before
-    with open(tmp_path / "plain" / "train.ja", "a", encoding="utf-8") as handle:
+    with open(ja, "a", encoding="utf-8") as handle:
         handle.write("追加\n")
     assert source.fingerprint() != before
+
+
+def test_local_fingerprint_survives_copy_and_touch(layouts, tmp_path, monkeypatch) -> None:
+    """A data directory copied again (new mtimes and inodes, same bytes) keeps the fingerprint,
+    and so the cached steps; a same-size edit under a new mtime does not."""
+    monkeypatch.setenv("MTCORE_CACHE", str(tmp_path / "cache"))
+    source = LocalSource.from_dict({"dir": "plain", "prefix": "train", "langs": ["en", "ja"]})
+    before = source.fingerprint()
+    assert (tmp_path / "cache" / "file-hashes.sqlite").is_file()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("train.en", "train.ja"):
+        (copy / name).write_bytes((tmp_path / "plain" / name).read_bytes())
+    (tmp_path / "plain").rename(tmp_path / "old")
+    copy.rename(tmp_path / "plain")
+    assert source.fingerprint() == before
+    ja = tmp_path / "plain" / "train.ja"
+    os.utime(ja, ns=(ja.stat().st_atime_ns, ja.stat().st_mtime_ns + 10**9))
+    assert source.fingerprint() == before
+    text = ja.read_bytes()
+    ja.write_bytes(text[:-2] + bytes([text[-2] ^ 1]) + text[-1:])  # same size, one bit flipped
+    os.utime(ja, ns=(ja.stat().st_atime_ns, ja.stat().st_mtime_ns + 2 * 10**9))
+    assert source.fingerprint() != before
+
+
+def test_content_hash_without_a_writable_cache(tmp_path, monkeypatch) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("MTCORE_CACHE", str(blocker / "cache"))
+    path = tmp_path / "a.txt"
+    path.write_text("line\n")
+    assert content_hash(path) == hashlib.sha256(b"line\n").hexdigest()
 
 
 def write_pair(tmp_path: Path, en: bytes, ja: bytes) -> LocalSource:

@@ -24,6 +24,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from mtcore.corpus import read_parallel, read_tsv
 from mtcore.errors import DataError
+from mtcore.hashing import content_hash
 from mtcore.plugin import Pair, PluginConfig, Source
 
 # A language becomes a file suffix (corpus.<lang>): no dots, slashes or spaces.
@@ -47,10 +48,13 @@ def check_file(path: Path, what: str) -> Path:
     return path
 
 
-def stat_fingerprint(paths: list[Path]) -> str:
-    """Path, size and mtime_ns of each file: cheap (no file is read) and changes whenever a
-    file is rewritten, though a rewrite that keeps size and mtime_ns would go unnoticed."""
-    return json.dumps([[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in paths])
+def content_fingerprint(paths: list[Path]) -> str:
+    """sha256 of each file's bytes, in column order: copying the data elsewhere, checking it
+    out again or touching it keeps every cached step that read it (a fingerprint of path,
+    size and mtime did not: a re-copied data directory re-ran whole recipes). Each hash is
+    remembered by path, size, mtime and inode (:func:`mtcore.hashing.content_hash`), so an
+    unchanged file is read once."""
+    return json.dumps([content_hash(p) for p in paths])
 
 
 class LocalSource(Source):
@@ -138,8 +142,8 @@ class LocalSource(Source):
         return check_file(plain, f"file for {lang!r} (nor is there {gzipped.name})")
 
     def fingerprint(self) -> str:
-        """Paths, sizes and mtime_ns of the files (cheap: nothing is read)."""
-        return stat_fingerprint(self.paths())
+        """The files' content hashes (read once per file version, see content_fingerprint)."""
+        return content_fingerprint(self.paths())
 
     def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
         paths = self.paths()

@@ -30,7 +30,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from mtcore.corpus import read_parallel, read_tsv
 from mtcore.errors import DataError
-from mtcore.hashing import hash_file
+from mtcore.hashing import cache_home, hash_file
 from mtcore.plugin import NOT_IDENTITY, Pair, PluginConfig, Source
 from mtcore.stats import Stats
 
@@ -209,9 +209,7 @@ class Downloader:
 
 def default_cache() -> Path:
     """``$MTCORE_CACHE/downloads``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/mtcore/downloads."""
-    if os.environ.get("MTCORE_CACHE"):
-        return Path(os.environ["MTCORE_CACHE"]).expanduser() / "downloads"
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mtcore/downloads"
+    return cache_home() / "downloads"
 
 
 class UrlSource(Source):
