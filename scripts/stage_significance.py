@@ -5,25 +5,25 @@ recipe, in recipe order, compared with the stage above it on the same test set.
     .venv/bin/python scripts/stage_significance.py recipes/yishu.yaml -p small -w work/yishu-small
 
 Run from where the recipe was run (local corpus paths are resolved against the current
-directory, and they are part of the step hashes). Each metric is rebuilt from the signature the
-evaluate step recorded (tokenizer, case, smoothing, chrF orders), and the rescored systems must
-match the recorded scores, or the script stops.
+directory, and they are part of the step hashes). Each metric is built by the evaluate step's
+own metric plugin from the step's config (tokenizer, case, smoothing, chrF orders and beta), and
+the rescored systems must match the recorded scores, or the script stops.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
-from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from mtcore.corpus import Corpus
+from mtcore.metrics import build_metrics
 from mtcore.plan import make_plan, step_dir
 from mtcore.recipe import load_recipe
-from mtcore.registry import load_registry
+from mtcore.registry import Registry, load_registry
 from mtcore.report import STAGE_STEP
 from mtcore.runner import is_complete, read_manifest
 
@@ -36,31 +36,14 @@ def texts(workdir: Path, reference: dict[str, str], lang: str | None = None) -> 
     return [pair[column] for pair in corpus]
 
 
-def metric_from_signature(name: str, signature: str) -> BLEU | CHRF:
-    """The sacrebleu metric whose signature is ``signature`` (``nrefs`` and ``version`` aside):
-    ``case:lc`` lowercases, ``tok``/``smooth`` pick BLEU's tokenizer and smoothing, ``nc``/
-    ``nw``/``space`` chrF's orders and whitespace."""
-    fields = dict(part.split(":", 1) for part in signature.split("|"))
-    lowercase = fields.get("case") == "lc"
-    if name == "BLEU":
-        smooth = re.fullmatch(r"([\w-]+)(?:\[([\d.]+)\])?", fields.get("smooth", "exp"))
-        if smooth is None:
-            raise SystemExit(f"unreadable BLEU smoothing in signature {signature!r}")
-        return BLEU(
-            tokenize=fields.get("tok"),
-            lowercase=lowercase,
-            smooth_method=smooth[1],
-            smooth_value=float(smooth[2]) if smooth[2] else None,
-            effective_order=fields.get("eff") == "yes",
-        )
-    if name == "chrF":
-        return CHRF(
-            char_order=int(fields.get("nc", 6)),
-            word_order=int(fields.get("nw", 0)),
-            lowercase=lowercase,
-            whitespace=fields.get("space") == "yes",
-        )
-    raise SystemExit(f"no paired test for metric {name!r} (BLEU and chrF have one)")
+def paired_metrics(registry: Registry, step: Any, lang: str) -> dict[str, Any]:
+    """Score name -> the sacrebleu metric an evaluate step scores ``lang`` with, built by the
+    step's own metric plugins from its config (those with a ``sacrebleu`` method: BLEU, chrF)."""
+    return {
+        metric.score_name: metric.sacrebleu(lang)
+        for metric in build_metrics(registry, step.plugin.config.metrics)
+        if hasattr(metric, "sacrebleu")
+    }
 
 
 def main() -> None:
@@ -80,24 +63,26 @@ def main() -> None:
     args = parser.parse_args()
     registry = load_registry()
     recipe = load_recipe(args.recipe, registry, args.profile, args.sets)
-    by_direction: dict[str, list[tuple[str, dict]]] = {}
+    by_direction: dict[str, list[tuple[str, dict, Any]]] = {}
     for planned in make_plan(recipe, registry):
         match = STAGE_STEP.match(planned.id)
         path = step_dir(args.workdir, planned)
         if match and is_complete(path):
             by_direction.setdefault(match["direction"], []).append(
-                (match["stage"], read_manifest(path))
+                (match["stage"], read_manifest(path), planned.spec)
             )
-    print("| direction | change | BLEU | p | chrF | p |")
-    print("|---|---|---:|---:|---:|---:|")
+    header = False
     for direction, stages in by_direction.items():
-        for (before, old), (after, new) in pairwise(stages):
+        for (before, old, _), (after, new, spec) in pairwise(stages):
             lang = next(iter(new["metrics"].values()))["direction"].split("-")[-1]
             refs = texts(args.workdir, new["inputs"]["ref"], lang)
-            metrics = {
-                name: metric_from_signature(name, new["metrics"][name]["signature"])
-                for name in ("BLEU", "chrF")
-            }
+            metrics = paired_metrics(registry, spec, lang)
+            if not metrics:
+                raise SystemExit(f"{spec.id}: no metric with a paired test (BLEU, chrF have one)")
+            if not header:
+                print("| direction | change | " + " | ".join(f"{m} | p" for m in metrics) + " |")
+                print("|---|---|" + "---:|---:|" * len(metrics))
+                header = True
             systems = [
                 (before, texts(args.workdir, old["inputs"]["hyp"])),
                 (after, texts(args.workdir, new["inputs"]["hyp"])),

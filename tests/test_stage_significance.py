@@ -1,19 +1,24 @@
-"""scripts/stage_significance.py rebuilds each metric from the signature an evaluate step
-recorded, so that its paired tests score what the recipe scored (a lowercased BLEU stays
-lowercased). The full script runs on finished runs in test_recipes.py's end-to-end tests."""
+"""scripts/stage_significance.py builds each paired test's metric with the evaluate step's own
+metric plugins, from the step's config, so that it scores what the recipe scored (a lowercased
+BLEU stays lowercased, a chrF with another beta keeps it). The full script runs on finished
+runs in test_recipes.py's end-to-end tests."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
-from sacrebleu.metrics import BLEU, CHRF
 
+from mtcore.metrics import build_metrics
+from mtcore.recipe import StepSpec
+from mtcore.registry import load_registry
 from tests.conftest import real_slice
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stage_significance.py"
+REGISTRY = load_registry()
 
 
 def script() -> ModuleType:
@@ -24,44 +29,59 @@ def script() -> ModuleType:
     return module
 
 
+def evaluate_step(metrics: list[Any]) -> StepSpec:
+    plugin = REGISTRY.load("steps", "evaluate").from_dict({"metrics": metrics})
+    return StepSpec("eval_x", "evaluate", plugin)
+
+
+def lines(tmp_path: Path, lang: str) -> tuple[list[str], list[str]]:
+    """Real Tanaka references and a system that differs in case and in one word a sentence."""
+    refs = real_slice(tmp_path, "test", 200)[lang].read_text(encoding="utf-8").splitlines()
+    return [line.capitalize().replace(" the ", " a ", 1) for line in refs], refs
+
+
 @pytest.mark.parametrize(
-    "metric",
+    ("entry", "lang"),
     [
-        BLEU(tokenize="13a", lowercase=True),
-        BLEU(tokenize="char"),
-        BLEU(tokenize="zh", smooth_method="floor", smooth_value=0.2),
-        BLEU(smooth_method="add-k"),
-        CHRF(),
-        CHRF(word_order=2, lowercase=True),
+        ({"name": "bleu", "tokenize": "13a", "lowercase": True}, "en"),
+        ("bleu", "ja"),  # auto: ja-mecab
+        ({"name": "bleu", "tokenize": "wmt"}, "ja"),  # char into Japanese
+        ({"name": "bleu", "smooth_method": "floor"}, "en"),
+        ("chrf", "en"),
+        ({"name": "chrf", "word_order": 2, "lowercase": True}, "en"),
+        ({"name": "chrf", "beta": 3}, "en"),
     ],
-    ids=["bleu-13a-lc", "bleu-char", "bleu-zh-floor", "bleu-add-k", "chrf", "chrf++-lc"],
+    ids=["bleu-13a-lc", "bleu-auto-ja", "bleu-wmt-ja", "bleu-floor", "chrf", "chrf++-lc", "beta3"],
 )
-def test_metric_from_signature_scores_as_the_recorded_metric(
-    metric: BLEU | CHRF, tmp_path: Path
-) -> None:
-    files = real_slice(tmp_path, "test", 200)
-    lang = "ja" if getattr(metric, "tokenize", None) in ("char", "zh") else "en"
-    refs = files[lang].read_text(encoding="utf-8").splitlines()
-    # a system that differs from the references in case and in one word a sentence
-    hyps = [line.capitalize().replace(" the ", " a ", 1) for line in refs]
-    expected = metric.corpus_score(hyps, [refs]).score  # the signature needs a scored corpus
-    signature = str(metric.get_signature())
-    name = "BLEU" if isinstance(metric, BLEU) else "chrF"
-    rebuilt = script().metric_from_signature(name, signature)
-    assert rebuilt.corpus_score(hyps, [refs]).score == pytest.approx(expected)
-    assert str(rebuilt.get_signature()) == signature
+def test_paired_metric_scores_as_the_evaluate_step(entry: Any, lang: str, tmp_path: Path) -> None:
+    hyps, refs = lines(tmp_path, lang)
+    (recorded,) = [m.corpus_score(hyps, [refs], lang) for m in build_metrics(REGISTRY, [entry])]
+    paired = script().paired_metrics(REGISTRY, evaluate_step([entry]), lang)
+    assert list(paired) == [recorded.metric]
+    rescored = paired[recorded.metric].corpus_score(hyps, [refs])
+    assert rescored.score == pytest.approx(recorded.score, abs=1e-4)
+    assert str(paired[recorded.metric].get_signature()) == recorded.signature
 
 
-def test_lowercase_from_the_signature_changes_the_score(tmp_path: Path) -> None:
-    refs = real_slice(tmp_path, "test", 200)["en"].read_text(encoding="utf-8").splitlines()
+def test_beta_changes_chrf_but_not_its_signature(tmp_path: Path) -> None:
+    """Why the signature is not enough to rebuild a metric: chrF's omits beta."""
+    hyps, refs = lines(tmp_path, "en")
+    step = evaluate_step(["chrf", {"name": "chrf", "beta": 1}])
+    default, recall_light = build_metrics(REGISTRY, step.plugin.config.metrics)
+    a, b = default.corpus_score(hyps, [refs], "en"), recall_light.corpus_score(hyps, [refs], "en")
+    assert a.signature == b.signature and a.score != pytest.approx(b.score, abs=0.05)
+
+
+def test_lowercase_in_the_step_config_changes_the_score(tmp_path: Path) -> None:
+    _, refs = lines(tmp_path, "en")
     hyps = [line.upper() for line in refs]
-    rebuild = script().metric_from_signature
-    cased = rebuild("BLEU", "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1")
-    lowered = rebuild("BLEU", "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.5.1")
+    pair = script().paired_metrics
+    cased = pair(REGISTRY, evaluate_step(["bleu"]), "en")["BLEU"]
+    lowered = pair(REGISTRY, evaluate_step([{"name": "bleu", "lowercase": True}]), "en")["BLEU"]
     assert lowered.corpus_score(hyps, [refs]).score == pytest.approx(100.0)
     assert cased.corpus_score(hyps, [refs]).score < 5.0
 
 
-def test_a_metric_without_a_paired_test_is_refused() -> None:
-    with pytest.raises(SystemExit, match="TER"):
-        script().metric_from_signature("TER", "nrefs:1|case:lc|tok:tercom|version:2.5.1")
+def test_metrics_without_a_paired_test_are_left_out() -> None:
+    paired = script().paired_metrics(REGISTRY, evaluate_step(["ter", "bleu"]), "en")
+    assert list(paired) == ["BLEU"]

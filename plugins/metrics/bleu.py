@@ -8,7 +8,7 @@ by the maximum over the references, the closest reference length per segment), a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -58,14 +58,20 @@ class BleuMetric(Metric):
     Config = BleuConfig
     config: BleuConfig
 
-    def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:
+    score_name = "BLEU"
+
+    def sacrebleu(self, lang: str) -> Any:
+        """The sacrebleu BLEU this metric scores ``lang`` with (for paired significance tests)."""
         from sacrebleu.metrics import BLEU
 
-        metric = BLEU(
+        return BLEU(
             tokenize=auto_tokenizer(self.config.tokenize, lang),
             lowercase=self.config.lowercase,
             smooth_method=self.config.smooth_method,
         )  # no trg_lang: the tokenizer is explicit, and it only adds "consider ja-mecab" warnings
+
+    def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:
+        metric = self.sacrebleu(lang)
         result = metric.corpus_score(list(hyps), [list(r) for r in refs])
         details = {
             "precisions": [round(p, 4) for p in result.precisions],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import Field
 
@@ -22,16 +23,23 @@ class ChrfMetric(Metric):
     Config = ChrfConfig
     config: ChrfConfig
 
-    def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:
+    @property
+    def score_name(self) -> str:
+        return "chrF++" if self.config.word_order else "chrF"
+
+    def sacrebleu(self, lang: str) -> Any:
+        """The sacrebleu CHRF this metric scores with (for paired significance tests)."""
         from sacrebleu.metrics import CHRF
 
         cfg = self.config
-        metric = CHRF(
+        return CHRF(
             char_order=cfg.char_order,
             word_order=cfg.word_order,
             beta=cfg.beta,
             lowercase=cfg.lowercase,
         )
+
+    def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:
+        metric = self.sacrebleu(lang)
         result = metric.corpus_score(list(hyps), [list(r) for r in refs])
-        name = "chrF++" if cfg.word_order else "chrF"
-        return Score(name, round(result.score, 4), str(metric.get_signature()))
+        return Score(self.score_name, round(result.score, 4), str(metric.get_signature()))
