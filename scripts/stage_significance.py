@@ -4,6 +4,10 @@ recipe, in recipe order, compared with the stage above it on the same test set.
 
     .venv/bin/python scripts/stage_significance.py recipes/yishu.yaml -p small -w work/yishu-small
 
+With ``--ablate STEP[,STEP...]`` each stage is compared instead with the same stage of that
+variant of the recipe (``mtcore run --ablate`` in the same workdir); stages the removal leaves
+unchanged (the same step) are left out.
+
 Run from where the recipe was run (local corpus paths are resolved against the current
 directory, and they are part of the step hashes). Each metric is built by the evaluate step's
 own metric plugin from the step's config (tokenizer, case, smoothing, chrF orders and beta), and
@@ -19,6 +23,7 @@ from typing import Any
 
 from sacrebleu.significance import PairedTest
 
+from mtcore.ablation import parse_ablations
 from mtcore.corpus import Corpus
 from mtcore.metrics import build_metrics
 from mtcore.plan import make_plan, step_dir
@@ -46,6 +51,53 @@ def paired_metrics(registry: Registry, step: Any, lang: str) -> dict[str, Any]:
     }
 
 
+def stage_steps(
+    recipe: Any, registry: Registry, workdir: Path
+) -> dict[str, list[tuple[str, dict, Any]]]:
+    """Direction -> [(stage, manifest, step spec)] of the recipe's finished evaluate steps named
+    ``eval_<stage>_<direction>``, in recipe order."""
+    by_direction: dict[str, list[tuple[str, dict, Any]]] = {}
+    for planned in make_plan(recipe, registry):
+        match = STAGE_STEP.match(planned.id)
+        path = step_dir(workdir, planned)
+        if match and is_complete(path):
+            by_direction.setdefault(match["direction"], []).append(
+                (match["stage"], read_manifest(path), planned.spec)
+            )
+    return by_direction
+
+
+def compare(
+    registry: Registry, workdir: Path, spec: Any, old: dict, new: dict, label: str, samples: int
+) -> tuple[list[str], list[str]]:
+    """The paired bootstrap test of two evaluate steps' systems (same references, same metrics):
+    the metric names and the cells (change, p-value) of each. Stops when a rescored system does
+    not match its recorded score."""
+    lang = next(iter(new["metrics"].values()))["direction"].split("-")[-1]
+    refs = texts(workdir, new["inputs"]["ref"], lang)
+    metrics = paired_metrics(registry, spec, lang)
+    if not metrics:
+        raise SystemExit(f"{spec.id}: no metric with a paired test (BLEU, chrF have one)")
+    systems = [
+        ("a", texts(workdir, old["inputs"]["hyp"])),
+        ("b", texts(workdir, new["inputs"]["hyp"])),
+    ]
+    test = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=samples)
+    _, results = test()
+    cells = []
+    scored = [pair for name, pair in results.items() if name != "System"]
+    for metric, (first, second) in zip(metrics, scored, strict=True):
+        for manifest, result in ((old, first), (new, second)):
+            recorded = manifest["metrics"][metric]["score"]
+            if abs(result.score - recorded) > 0.01:
+                raise SystemExit(
+                    f"{label}: {metric} rescored {result.score:.2f}, the evaluate step "
+                    f"recorded {recorded:.2f} ({manifest['metrics'][metric]['signature']})"
+                )
+        cells += [f"{second.score - first.score:+.2f}", f"{second.p_value:.3f}"]
+    return list(metrics), cells
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", type=Path)
@@ -59,49 +111,47 @@ def main() -> None:
         metavar="KEY.PATH=VALUE",
         help="the overrides the run was made with (repeatable), as for mtcore run",
     )
+    parser.add_argument(
+        "--ablate",
+        metavar="STEP[,STEP...]",
+        help="compare each stage with the same stage of this --ablate variant (run before, "
+        "with mtcore run --ablate, in the same workdir) instead of with the stage above",
+    )
     parser.add_argument("--samples", type=int, default=1000, help="bootstrap resamples")
     args = parser.parse_args()
     registry = load_registry()
     recipe = load_recipe(args.recipe, registry, args.profile, args.sets)
-    by_direction: dict[str, list[tuple[str, dict, Any]]] = {}
-    for planned in make_plan(recipe, registry):
-        match = STAGE_STEP.match(planned.id)
-        path = step_dir(args.workdir, planned)
-        if match and is_complete(path):
-            by_direction.setdefault(match["direction"], []).append(
-                (match["stage"], read_manifest(path), planned.spec)
-            )
+    full = stage_steps(recipe, registry, args.workdir)
+    rows: list[tuple[str, str, Any, dict, dict]] = []  # direction, change, spec, old, new
+    if args.ablate:
+        (removed,) = parse_ablations([args.ablate])
+        variant = load_recipe(args.recipe, registry, args.profile, args.sets, removed)
+        label = "-" + ",".join(removed)
+        ablated = {
+            (direction, stage): manifest
+            for direction, stages in stage_steps(variant, registry, args.workdir).items()
+            for stage, manifest, _ in stages
+        }
+        for direction, stages in full.items():
+            for stage, manifest, spec in stages:
+                other = ablated.get((direction, stage))
+                if other is None:
+                    raise SystemExit(f"eval_{stage}_{direction}: the {label} variant has not run")
+                if other["hash"] != manifest["hash"]:  # the same step: nothing to test
+                    rows.append((direction, f"{stage}: full -> {label}", spec, manifest, other))
+    else:
+        for direction, stages in full.items():
+            for (before, old, _), (after, new, spec) in pairwise(stages):
+                rows.append((direction, f"{before} -> {after}", spec, old, new))
     header = False
-    for direction, stages in by_direction.items():
-        for (before, old, _), (after, new, spec) in pairwise(stages):
-            lang = next(iter(new["metrics"].values()))["direction"].split("-")[-1]
-            refs = texts(args.workdir, new["inputs"]["ref"], lang)
-            metrics = paired_metrics(registry, spec, lang)
-            if not metrics:
-                raise SystemExit(f"{spec.id}: no metric with a paired test (BLEU, chrF have one)")
-            if not header:
-                print("| direction | change | " + " | ".join(f"{m} | p" for m in metrics) + " |")
-                print("|---|---|" + "---:|---:|" * len(metrics))
-                header = True
-            systems = [
-                (before, texts(args.workdir, old["inputs"]["hyp"])),
-                (after, texts(args.workdir, new["inputs"]["hyp"])),
-            ]
-            test = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=args.samples)
-            _, results = test()
-            cells = []
-            scored = [pair for name, pair in results.items() if name != "System"]
-            for metric, (first, second) in zip(metrics, scored, strict=True):
-                for manifest, result in ((old, first), (new, second)):
-                    recorded = manifest["metrics"][metric]["score"]
-                    if abs(result.score - recorded) > 0.01:
-                        raise SystemExit(
-                            f"{direction} {before} -> {after}: {metric} rescored "
-                            f"{result.score:.2f}, the evaluate step recorded {recorded:.2f} "
-                            f"({manifest['metrics'][metric]['signature']})"
-                        )
-                cells += [f"{second.score - first.score:+.2f}", f"{second.p_value:.3f}"]
-            print(f"| {direction} | {before} -> {after} | " + " | ".join(cells) + " |")
+    for direction, change, spec, old, new in rows:
+        label = f"{direction} {change}"
+        metrics, cells = compare(registry, args.workdir, spec, old, new, label, args.samples)
+        if not header:
+            print("| direction | change | " + " | ".join(f"{m} | p" for m in metrics) + " |")
+            print("|---|---|" + "---:|---:|" * len(metrics))
+            header = True
+        print(f"| {direction} | {change} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
