@@ -19,7 +19,7 @@ from mtcore.step import Step
 
 STEP_KEYS = ("kind", "inputs", "bypass")  # bypass: stand-ins used by --ablate (ablation.py)
 VARIADIC = "*"  # a step whose ``inputs`` has this role takes any role names, in recipe order
-DATA_KEYS = ("source", "input")
+DATA_KEYS = ("source", "input", "max_pairs")  # the rest is the source plugin's config
 _ID = re.compile(r"^[a-z][a-z0-9_]*$")
 _DIRECTION = re.compile(r"^[a-z]{2,3}-[a-z]{2,3}$")
 
@@ -108,15 +108,10 @@ def resolve_document(
     document: dict[str, Any], profile: str | None, sets: list[str], source: str
 ) -> tuple[dict[str, Any], str | None]:
     """Apply the profile, then ``--set`` overrides, then ``${var}`` interpolation."""
-    profiles = document.get("profiles") or {}
     chosen = profile or document.get("default_profile")
     if chosen is not None:
-        if not isinstance(profiles, dict) or chosen not in profiles:
-            names = list(profiles) if isinstance(profiles, dict) else []
-            raise RecipeError(
-                [f"unknown profile {chosen!r}. {suggest(chosen, names, 'Profiles')}"], source
-            )
-        document = deep_merge(document, profiles[chosen] or {})
+        for layer in profile_chain(document, chosen, source):
+            document = deep_merge(document, layer)
     for assignment in sets:
         path, value = parse_set(assignment)
         document = apply_set(document, path, value)
@@ -129,6 +124,40 @@ def resolve_document(
     if problems:
         raise RecipeError(problems, source)
     return {**document, **body}, chosen
+
+
+EXTENDS = "extends"  # a profile's key naming the profile it overlays
+
+
+def profile_chain(document: dict[str, Any], name: str, source: str) -> list[dict[str, Any]]:
+    """The overlays that profile ``name`` stands for, base first: a profile with ``extends: B``
+    is profile ``B`` with its own keys deep-merged on top (``smoke: {extends: cpu, ...}``
+    shrinks the cpu profile without repeating it)."""
+    profiles = document.get("profiles") or {}
+    names = list(profiles) if isinstance(profiles, dict) else []
+    chain: list[dict[str, Any]] = []
+    seen: list[str] = []
+    current: str | None = name
+    while current is not None:
+        if current in seen:
+            cycle = " -> ".join([*seen, current])
+            raise RecipeError([f"profiles: {EXTENDS} forms a cycle: {cycle}"], source)
+        if current not in names:
+            where = f"profile {seen[-1]!r} extends " if seen else ""
+            raise RecipeError(
+                [f"{where}unknown profile {current!r}. {suggest(current, names, 'Profiles')}"],
+                source,
+            )
+        seen.append(current)
+        layer = profiles[current] or {}
+        if not isinstance(layer, dict):
+            raise RecipeError([f"profiles.{current}: must be a mapping"], source)
+        base = layer.get(EXTENDS)
+        if base is not None and not isinstance(base, str):
+            raise RecipeError([f"profiles.{current}.{EXTENDS}: must be a profile name"], source)
+        chain.append({k: v for k, v in layer.items() if k != EXTENDS})
+        current = base
+    return chain[::-1]
 
 
 def load_recipe(
@@ -219,8 +248,9 @@ def _data_step(
     if fetch_cls is None:
         return None
     fetch_values = {"source": source_name, "config": source_cfg}
-    if "input" in entry:
-        fetch_values["input"] = entry["input"]
+    for key in ("input", "max_pairs"):
+        if key in entry:
+            fetch_values[key] = entry[key]
     plugin = _make(fetch_cls, fetch_values, loc, problems, strip_prefix=("config",))
     if not isinstance(plugin, Step):
         return None

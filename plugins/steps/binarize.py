@@ -181,7 +181,7 @@ class BinarizeStep(Step):
         ]
         if dictionary is not None:  # with --joined-dictionary it serves both sides
             cmd += ["--srcdict", str(dictionary)]
-        run_logged(cmd, out / "binarize.log", "fairseq-preprocess")
+        run_logged(cmd, out / "binarize.log", "fairseq-preprocess", warm=True)
 
 
 def _sampled(

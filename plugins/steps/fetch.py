@@ -17,6 +17,12 @@ class FetchConfig(PluginConfig):
     source: str = Field(description="source plugin name")
     config: dict[str, Any] = Field(default_factory=dict, description="the source plugin's settings")
     input: InputPolicy = Field(default_factory=InputPolicy, description="handling of bad input")
+    max_pairs: int | None = Field(
+        None,
+        ge=1,
+        description="keep the first N pairs that pass the input policy and stop reading (as "
+        "`head -n`; profiles that shrink a recipe use it); the cut is counted in the stats",
+    )
 
 
 class FetchStep(Step):
@@ -38,6 +44,8 @@ class FetchStep(Step):
     def identity(self, registry: Registry) -> dict[str, Any]:
         own = super().identity(registry)
         own["config"] = identity_dict(self._source(registry).config)
+        if own["max_pairs"] is None:  # absent as before the setting existed: caches stay valid
+            del own["max_pairs"]
         return own
 
     def fingerprint(self, registry: Registry) -> str:
@@ -52,6 +60,9 @@ class FetchStep(Step):
             ctx.progress(None, "fetch") as bar,
         ):
             for number, pair in enumerate(source.read(policy, ctx.stats), start=1):
+                if writer.lines == self.config.max_pairs:
+                    ctx.stats.add("max_pairs_reached")
+                    break
                 checked = check_segment(pair, policy, ctx, number)
                 if checked is None:
                     continue

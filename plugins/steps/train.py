@@ -70,7 +70,9 @@ class TrainStep(Step):
             if repair_last_checkpoint(save_dir):
                 ctx.stats.add("train.repaired_checkpoint_last")
             cmd = self.command(data.path, data.meta, save_dir, start, models)
-            run_logged(cmd, log, "fairseq-train", env=self._env())
+            # one process: a warm fork; several (torch.distributed) start cold
+            warm = self.config.distributed_world_size == 1
+            run_logged(cmd, log, "fairseq-train", env=self._env(), warm=warm)
         if not (out / "checkpoint.pt").exists():
             ctx.metrics["averaged"] = self._finalize(save_dir, out / "checkpoint.pt")
         shutil.rmtree(save_dir, ignore_errors=True)

@@ -70,7 +70,8 @@ class TrainLMStep(Step):
         if not training_done(log):
             if not (data / "dict.txt").exists():
                 self._binarize(ctx, data)
-            run_logged(self.command(data, save_dir, "valid" in ctx.inputs), log, "fairseq-train")
+            cmd = self.command(data, save_dir, "valid" in ctx.inputs)
+            run_logged(cmd, log, "fairseq-train", warm=True)
         self._finalize(save_dir / "checkpoint_last.pt", out / "checkpoint.pt")
         shutil.copyfile(data / "dict.txt", out / "dict.txt")
         found = parse_train_log(log)
@@ -109,7 +110,7 @@ class TrainLMStep(Step):
         cmd += ["--dataset-impl", "mmap", "--workers", "1"]
         if "valid" in splits:
             cmd += ["--validpref", str(encoded / "valid.txt")]
-        run_logged(cmd, data / "preprocess.log", "fairseq-preprocess")
+        run_logged(cmd, data / "preprocess.log", "fairseq-preprocess", warm=True)
 
     def command(self, data: Path, save_dir: Path, validate: bool) -> list[str]:
         c = self.config
