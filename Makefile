@@ -1,5 +1,5 @@
 # The two commands of the README. Each installs what it needs into .venv/ first (idempotent).
-.PHONY: setup nt5 test lint
+.PHONY: setup nt5 test test-slow lint
 
 setup:
 	bash scripts/setup.sh
@@ -7,8 +7,13 @@ setup:
 nt5: setup
 	.venv/bin/mtcore run recipes/nt5.yaml
 
+# The fast tier (minutes): every test not marked slow, the four recipes' smoke profiles included.
 test: setup
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -m "not slow"
+
+# The slow tier: default-profile runs of the recipes and other end-to-end trainings.
+test-slow: setup
+	.venv/bin/python -m pytest -q -m slow
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy mtcore

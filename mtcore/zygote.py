@@ -5,6 +5,7 @@ has exited. Requests are served one at a time; end of input ends the zygote."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -73,10 +74,8 @@ def child(request: dict[str, Any], channels: tuple[int, int]) -> None:
         logging.shutdown()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         os._exit(status)
 
 

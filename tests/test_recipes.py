@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.recipe import build_recipe, read_yaml
+from mtcore.recipe import EXTENDS, build_recipe, read_yaml
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 CASES = [
@@ -52,6 +52,72 @@ def test_default_profile_is_offline(registry, path):
     assert sources <= {"gettext", "local"} and "gettext" in sources
 
 
+def overlays(path: Path) -> list[tuple[str, str]]:
+    """(profile, the profile it extends) for every overlay profile of a recipe."""
+    profiles = read_yaml(path).get("profiles") or {}
+    return [(name, body[EXTENDS]) for name, body in profiles.items() if EXTENDS in (body or {})]
+
+
+OVERLAYS = [(path, name, base) for path in RECIPES for name, base in overlays(path)]
+
+
+def test_every_recipe_has_a_smoke_overlay_of_its_default_profile():
+    for path in RECIPES:
+        default = read_yaml(path)["default_profile"]
+        assert ("smoke", default) in overlays(path), path.name
+
+
+@pytest.mark.parametrize(
+    ("path", "profile", "base"), OVERLAYS, ids=[f"{p.stem}-{o}" for p, o, _ in OVERLAYS]
+)
+def test_an_overlay_changes_sizes_not_the_graph(registry, path, profile, base):
+    """Removing the overlay leaves the same steps (ids, kinds, inputs), the same data entries
+    and the same components (sources, filters, architectures' plugins, metrics...)."""
+    document = read_yaml(path)
+    shapes = []
+    for name in (profile, base):
+        recipe = build_recipe(document, registry, profile=name, source=str(path))
+        shapes.append(
+            {
+                step_id: (spec.kind, spec.inputs, sorted(spec.plugin.plugins_used()))
+                for step_id, spec in recipe.steps.items()
+            }
+        )
+    assert shapes[0] == shapes[1]
+
+
+def run_recipe(path: Path, work: Path, profile: str | None = None) -> None:
+    command = [sys.executable, "-m", "mtcore.cli_entry", "run", str(path), "-w", str(work), "-q"]
+    command += ["-p", profile] if profile else []
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def check_stages(registry, path: Path, work: Path, profile: str | None) -> list[str]:
+    """Every stage scored with BLEU and chrF and in the report; returns the evaluate steps."""
+    recipe = build_recipe(read_yaml(path), registry, profile=profile, source=str(path))
+    evals = sorted(step_id for step_id, spec in recipe.steps.items() if spec.kind == "evaluate")
+    for step_id in evals:
+        (manifest_path,) = work.glob(f"steps/{step_id}-*/manifest.json")
+        metrics = json.loads(manifest_path.read_text())["metrics"]
+        assert {"BLEU", "chrF"} <= set(metrics), (step_id, sorted(metrics))
+    assert len(list(work.glob("steps/*/manifest.json"))) == len(recipe.steps)
+    report = (work / "report.md").read_text(encoding="utf-8")
+    assert "## Scores by stage" in report
+    return evals
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_smoke_profile_runs_end_to_end(registry, path, tmp_path):
+    """The fast tier's run of each recipe: its whole graph (every step kind it uses) at micro
+    sizes completes, and every stage is scored and reported (outputs of models trained for a
+    handful of updates are not checked for text: the slow tier's default-profile runs are)."""
+    work = tmp_path / "work"
+    run_recipe(path, work, "smoke")
+    evals = check_stages(registry, path, work, "smoke")
+    check_stage_significance(path, work, evals, ["-p", "smoke"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
 def test_default_profile_runs_end_to_end(registry, path, tmp_path):
@@ -59,36 +125,25 @@ def test_default_profile_runs_end_to_end(registry, path, tmp_path):
     is scored with BLEU and chrF, and every stage's test-set translation has text (micro models
     trained for minutes leave some lines empty; a broken stage leaves them all empty)."""
     work = tmp_path / "work"
-    done = subprocess.run(
-        [sys.executable, "-m", "mtcore.cli_entry", "run", str(path), "-w", str(work), "-q"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_recipe(path, work)
+    evals = check_stages(registry, path, work, None)
     recipe = build_recipe(read_yaml(path), registry, source=str(path))
-    evals = sorted(step_id for step_id, spec in recipe.steps.items() if spec.kind == "evaluate")
     for step_id in evals:
-        (manifest_path,) = work.glob(f"steps/{step_id}-*/manifest.json")
-        metrics = json.loads(manifest_path.read_text())["metrics"]
-        assert {"BLEU", "chrF"} <= set(metrics), (step_id, sorted(metrics))
         step, _, output = recipe.steps[step_id].inputs["hyp"].partition(".")
         (hyp_dir,) = work.glob(f"steps/{step}-*")
         lines = hypothesis_lines(hyp_dir, output)
         assert sum(bool(line.strip()) for line in lines) > 0.25 * len(lines) > 0, step_id
-    report = (work / "report.md").read_text(encoding="utf-8")
-    assert "## Scores by stage" in report
     check_stage_significance(path, work, evals)
 
 
-def check_stage_significance(path: Path, work: Path, evals: list[str]) -> None:
+def check_stage_significance(
+    path: Path, work: Path, evals: list[str], options: list[str] | None = None
+) -> None:
     """scripts/stage_significance.py on the finished run: a row per pair of consecutive stages
     of each direction, each BLEU change the difference of the two evaluate steps' scores."""
     script = Path(__file__).resolve().parents[1] / "scripts" / "stage_significance.py"
-    done = subprocess.run(
-        [sys.executable, str(script), str(path), "-w", str(work), "--samples", "50"],
-        capture_output=True,
-        text=True,
-    )
+    command = [sys.executable, str(script), str(path), "-w", str(work), "--samples", "50"]
+    done = subprocess.run(command + (options or []), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     bleu = {}
     for step_id in evals:
