@@ -25,8 +25,11 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from mtcore.errors import StepError
+
 SWITCH = "MTCORE_WARM_START"
-PRELOAD = ("torch", "fairseq", "fairseq.options", "fairseq.trainer", "fairseq.binarizer")
+PRELOAD_TOOLS = ("torch", "fairseq", "fairseq.options", "fairseq.trainer", "fairseq.binarizer")
+PRELOAD = PRELOAD_TOOLS  # what a zygote imports
 MAX_ZYGOTES = 4  # environments kept warm at once (a run uses one or two)
 _SKIP_KEY = ("MTCORE_PARENT_PID",)
 
@@ -52,7 +55,8 @@ class Zygote:
 
     def call(self, module: str, argv: list[str], env: dict[str, str], log: Path) -> int | None:
         """The child's exit status (negative: killed by that signal), or ``None`` when the
-        zygote is gone before it could start the child (the caller starts the command cold)."""
+        zygote is gone before it could start the child (the caller starts the command cold).
+        A zygote that dies while its child runs is an error: the command is not run twice."""
         request = {"module": module, "argv": argv, "env": env, "log": str(log), "cwd": os.getcwd()}
         stdin, stdout = self.proc.stdin, self.proc.stdout
         assert stdin is not None and stdout is not None
@@ -60,11 +64,14 @@ class Zygote:
             try:
                 stdin.write(json.dumps(request) + "\n")
                 stdin.flush()
-                reply = stdout.readline()
-            except (BrokenPipeError, OSError):
+            except OSError:  # gone before the child could start: nothing ran
                 return None
-        if not reply:
-            return None
+            reply = stdout.readline()
+        if not reply:  # gone while the child ran (PR_SET_PDEATHSIG has ended it): not rerun
+            raise StepError(
+                f"the warm process running python -m {module} died (exit status "
+                f"{self.proc.wait()}); see {log}. Rerun to resume, or set {SWITCH}=0"
+            )
         answer: dict[str, Any] = json.loads(reply)
         return int(answer["status"])
 

@@ -223,14 +223,55 @@ NOT_IDENTITY: JsonDict = {"identity": False}
 output (a cache directory, a timeout, a thread count): it is left out of the step's hash."""
 
 
-def identity_dict(config: BaseModel) -> dict[str, Any]:
-    """The config as JSON values, without the fields marked ``NOT_IDENTITY``."""
+def components(kind: str) -> JsonDict:
+    """``Field(..., json_schema_extra=components("filters"))`` marks a setting that lists
+    component plugins of ``kind`` (each a name, or a mapping with ``name`` and the plugin's
+    settings): the step's hash leaves out what each plugin's ``Config`` marks ``NOT_IDENTITY``."""
+    return {"components": kind}
+
+
+def _hashed(field: Any) -> bool:
+    extra = field.json_schema_extra
+    return not (isinstance(extra, dict) and extra.get("identity") is False)
+
+
+def identity_dict(config: BaseModel, registry: Any = None) -> dict[str, Any]:
+    """The config as JSON values, without the fields marked ``NOT_IDENTITY``, at every depth:
+    nested models and, given the ``registry``, the settings of component lists."""
     out: dict[str, Any] = {}
     dumped = config.model_dump(mode="json")
     for name, field in type(config).model_fields.items():
-        extra = field.json_schema_extra
-        if isinstance(extra, dict) and extra.get("identity") is False:
+        if not _hashed(field):
             continue
         value = getattr(config, name)
-        out[name] = identity_dict(value) if isinstance(value, BaseModel) else dumped[name]
+        extra = field.json_schema_extra
+        kind = extra.get("components") if isinstance(extra, dict) else None
+        if isinstance(value, BaseModel):
+            out[name] = identity_dict(value, registry)
+        elif registry is not None and isinstance(kind, str) and isinstance(dumped[name], list):
+            out[name] = [component_identity(registry, kind, entry) for entry in dumped[name]]
+        else:
+            out[name] = dumped[name]
+    return out
+
+
+def component_identity(registry: Any, kind: str, entry: Any) -> Any:
+    """A component entry as written, less the plugin's settings marked ``NOT_IDENTITY``
+    (keys the plugin's ``Config`` does not know, such as an engine's ``keep``, stay)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        return entry
+    plugin = registry.load(kind, entry["name"])
+    return _strip(entry, plugin.Config)
+
+
+def _strip(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        field = model.model_fields.get(key)
+        if field is not None and not _hashed(field):
+            continue
+        inner = field.annotation if field is not None else None
+        if isinstance(value, dict) and isinstance(inner, type) and issubclass(inner, BaseModel):
+            value = _strip(value, inner)
+        out[key] = value
     return out

@@ -100,7 +100,7 @@ class Step(Plugin):
 
     def identity(self, registry: Registry) -> dict[str, Any]:
         """The settings that define the output, for the step's hash."""
-        return identity_dict(self.config)
+        return identity_dict(self.config, registry)
 
     def fingerprint(self, registry: Registry) -> str:
         """Extra identity beyond the config: what outside the workdir the output depends on

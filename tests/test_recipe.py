@@ -120,6 +120,54 @@ def test_profiles_deep_merge_and_set_overrides(registry):
     assert "Did you mean 'big'?" in problems_of(document, registry, profile="bgi")[0]
 
 
+def test_a_profile_extends_another(registry):
+    """``extends: B`` is profile B with the profile's own keys merged on top, at any depth of
+    the chain; a missing base or a cycle is a located error."""
+    document = base_recipe()
+    document["profiles"] = {
+        "cpu": {"steps": {"split": {"valid_size": 5, "test_size": 6}, "clean": {"shard_size": 9}}},
+        "smoke": {"extends": "cpu", "steps": {"split": {"valid_size": 2}}},
+        "tiny": {"extends": "smoke", "steps": {"split": {"test_size": 1}}},
+    }
+    tiny = build_recipe(document, registry, profile="tiny")
+    split = tiny.steps["split"].plugin.config
+    assert (split.valid_size, split.test_size) == (2, 1)
+    assert tiny.steps["clean"].plugin.config.shard_size == 9
+    assert "extends" not in tiny.resolved
+    document["profiles"]["smoke"]["extends"] = "cpo"
+    (problem,) = problems_of(document, registry, profile="tiny")
+    assert "profile 'smoke' extends unknown profile 'cpo'" in problem and "'cpu'" in problem
+    document["profiles"]["cpu"]["extends"] = "tiny"
+    document["profiles"]["smoke"]["extends"] = "cpu"
+    (problem,) = problems_of(document, registry, profile="tiny")
+    assert "cycle: tiny -> smoke -> cpu -> tiny" in problem
+
+
+def plan_hash(document: dict, registry, step: str) -> str:
+    from mtcore.plan import make_plan
+
+    plan = make_plan(build_recipe(document, registry), registry)
+    return next(p.hash for p in plan if p.id == step)
+
+
+def test_not_identity_settings_of_components_stay_out_of_the_hash(registry, enja_files):
+    """A thread count or batch size inside a filter chain cannot change outputs, so it cannot
+    change the step's hash; a real setting next to it does."""
+    document = base_recipe(enja_files)
+    chain = document["steps"]["clean"]["filters"]
+    chain.append({"name": "embedding", "min_similarity": 0.1})
+    before = plan_hash(document, registry, "clean")
+    chain[-1].update(threads=2, batch_size=16)
+    assert plan_hash(document, registry, "clean") == before
+    chain[-1]["min_similarity"] = 0.3
+    assert plan_hash(document, registry, "clean") != before
+    document["steps"]["score"] = {"kind": "score", "inputs": {"corpus": "clean"},
+                                  "filters": [{"name": "embedding", "threads": 1}]}  # fmt: skip
+    before = plan_hash(document, registry, "score")
+    document["steps"]["score"]["filters"][0]["threads"] = 4
+    assert plan_hash(document, registry, "score") == before
+
+
 def test_set_null_removes_a_step(registry):
     document = base_recipe()
     recipe = build_recipe(document, registry, sets=["steps.split=null"])

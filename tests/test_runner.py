@@ -213,3 +213,21 @@ def test_started_processes_wait_passively_unless_told_otherwise(tmp_path, monkey
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     run_logged(show, tmp_path / "b.log", "show")
     assert (tmp_path / "b.log").read_text().splitlines()[-1] == "ACTIVE"
+
+
+def test_a_data_entry_keeps_its_first_max_pairs(tmp_path, registry, enja_files):
+    """``max_pairs: N`` on a data entry keeps the first N pairs, counts the cut, and is part of
+    the fetch step's hash; an entry without it hashes as before the setting existed."""
+    doc = recipe_doc(enja_files)
+    plain = {p.id: p.hash for p in make_plan(build_recipe(doc, registry), registry)}
+    doc["data"]["bitext"]["max_pairs"] = 150
+    result = run(doc, registry, tmp_path / "w")
+    counts = result.manifest("bitext")["counts"]
+    assert counts["pairs_out"] == 150 and counts["max_pairs_reached"] == 1
+    fetched = result.path("bitext") / "corpus"
+    first = enja_files["en"].read_text(encoding="utf-8").splitlines(keepends=True)[:150]
+    assert (fetched / "corpus.en").read_text(encoding="utf-8") == "".join(first)
+    assert result.manifest("clean")["counts"]["pairs_in"] == 150
+    assert result.results[0].planned.hash != plain["bitext"]
+    del doc["data"]["bitext"]["max_pairs"]
+    assert make_plan(build_recipe(doc, registry), registry)[0].hash == plain["bitext"]

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig
+from mtcore.plugin import PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry, load_registry
 from mtcore.shards import map_shards, worker_memo
@@ -100,6 +100,7 @@ class AugmentConfig(PluginConfig):
         max_length=32,
         description="augmenter chain, applied in order: each entry a name or {name: "
         "<augmenter>, <its settings>}",
+        json_schema_extra=components("augmenters"),
     )
     rename: dict[str, str] = Field(
         default_factory=dict,

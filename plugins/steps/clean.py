@@ -29,7 +29,7 @@ from mtcore.filtering import (
     map_chain,
     ranked_cut,
 )
-from mtcore.plugin import PluginConfig
+from mtcore.plugin import PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext
@@ -41,6 +41,7 @@ class CleanConfig(PluginConfig):
         default_factory=list,
         description="filter chain: each entry {name: <filter>, <settings>} and optionally "
         "keep: {top_fraction | top_k | percentile} to rank instead of using the threshold",
+        json_schema_extra=components("filters"),
     )
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
     reject_samples: int = Field(

@@ -10,7 +10,7 @@ from pydantic import Field
 from mtcore.corpus import Corpus
 from mtcore.errors import StepError
 from mtcore.metrics import Score, build_metrics, check_lengths
-from mtcore.plugin import Metric, PluginConfig
+from mtcore.plugin import Metric, PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
@@ -20,6 +20,7 @@ class EvaluateConfig(PluginConfig):
     metrics: list[str | dict[str, Any]] = Field(
         default_factory=lambda: list[str | dict[str, Any]](["bleu", "chrf"]),
         description="metric names or {name, settings}",
+        json_schema_extra=components("metrics"),
     )
     lang: str | None = Field(None, description="target language; default: the hypothesis language")
     src: str | None = Field(

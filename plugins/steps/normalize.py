@@ -19,7 +19,7 @@ from pydantic import Field
 
 from mtcore.corpus import INNER_BREAKS, Corpus, CorpusWriter
 from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig, Processor
+from mtcore.plugin import PluginConfig, Processor, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry, load_registry
 from mtcore.shards import map_shards, worker_memo
@@ -217,6 +217,7 @@ class NormalizeConfig(PluginConfig):
         min_length=1,
         description="processor chain, applied in order: each entry a name or {name: "
         "<processor>, langs: [sides it applies to; default all], <processor settings>}",
+        json_schema_extra=components("processors"),
     )
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
 

@@ -28,7 +28,7 @@ from pydantic import Field, field_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError, PluginError, StepError
-from mtcore.plugin import PluginConfig, Tuner
+from mtcore.plugin import PluginConfig, Tuner, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
@@ -44,6 +44,7 @@ class RerankConfig(PluginConfig):
         default_factory=list,
         description="scorer chain: each entry a name or {name: <scorer>, feature: <column "
         "name; default the scorer's name>, <scorer settings>}",
+        json_schema_extra=components("scorers"),
     )
     weigh: list[str] | None = Field(
         None,

@@ -13,7 +13,7 @@ from pydantic import Field
 from mtcore.corpus import Corpus
 from mtcore.errors import PluginError, StepError
 from mtcore.filtering import make_specs, map_chain, score_task
-from mtcore.plugin import PluginConfig
+from mtcore.plugin import PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
@@ -23,7 +23,9 @@ SCORES_FILE = "scores.tsv"
 
 class ScoreConfig(PluginConfig):
     filters: list[dict[str, Any] | str] = Field(
-        min_length=1, description="filters whose scores to write: {name: <filter>, <settings>}"
+        min_length=1,
+        description="filters whose scores to write: {name: <filter>, <settings>}",
+        json_schema_extra=components("filters"),
     )
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
 

@@ -1,0 +1,106 @@
+"""Warm starts (mtcore.launcher): a command forked from the zygote behaves as the same command
+started cold: arguments, environment, working directory, output appended to the log, exit
+status and signals, one process per call, and nothing left running."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtcore import launcher
+from mtcore.errors import StepError
+from mtcore.process import run_logged
+
+PROBE = """\
+import os, signal, sys
+print("argv", sys.argv[1:])
+print("env", os.environ.get("PROBE_VALUE"), "parent", os.environ["MTCORE_PARENT_PID"] != "")
+print("cwd", os.getcwd())
+print("main", __name__)
+sys.stdout.flush()
+print("to stderr", file=sys.stderr)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[1] == "raise":
+    raise ValueError("probe failed")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A module that reports what it was given; zygotes that preload only ``json`` (seconds
+    sooner than torch and fairseq: the first test preloads those)."""
+    (tmp_path / "mtcore_probe.py").write_text(PROBE, encoding="utf-8")
+    monkeypatch.setattr(launcher, "PRELOAD", ("json",))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(log: Path, arg: str, warm: bool) -> None:
+    cmd = [sys.executable, "-m", "mtcore_probe", arg]
+    run_logged(cmd, log, "probe", env={"PROBE_VALUE": "v1"}, warm=warm)
+
+
+def test_warm_and_cold_commands_log_the_same(probe, monkeypatch):
+    monkeypatch.setattr(launcher, "PRELOAD", launcher.PRELOAD_TOOLS)
+    for warm in (False, True):
+        log = probe / f"{warm}.log"
+        log.write_text("header\n", encoding="utf-8")
+        run(log, "0", warm)
+    cold, warm_log = ((probe / f"{w}.log").read_text(encoding="utf-8") for w in (False, True))
+    assert cold == warm_log
+    assert cold.startswith("header\n$ ") and "argv ['0']" in cold and "env v1 parent True" in cold
+    assert f"cwd {probe}" in cold and "main __main__" in cold and "to stderr" in cold
+
+
+@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize(
+    ("arg", "reason"),
+    [("3", "exit status 3"), ("kill", "signal 9"), ("raise", "exit status 1")],
+)
+def test_failures_name_the_exit_status(probe, warm, arg, reason):
+    log = probe / "fail.log"
+    with pytest.raises(StepError, match=reason):
+        run(log, arg, warm)
+    if arg == "raise":
+        assert "ValueError: probe failed" in log.read_text(encoding="utf-8")
+
+
+def test_a_zygote_serves_many_calls_and_another_environment_gets_its_own(probe):
+    launcher.close_all()
+    for _ in range(3):
+        run(probe / "a.log", "0", warm=True)
+    assert len(launcher._zygotes) == 1
+    os.environ["PROBE_OTHER"] = "1"
+    try:
+        run(probe / "b.log", "0", warm=True)
+    finally:
+        del os.environ["PROBE_OTHER"]
+    assert len(launcher._zygotes) == 2
+    procs = [z.proc for z in launcher._zygotes.values()]
+    launcher.close_all()
+    assert all(proc.poll() is not None for proc in procs)
+
+
+def test_a_dead_zygote_is_replaced(probe):
+    launcher.close_all()
+    run(probe / "a.log", "0", warm=True)
+    (zygote,) = launcher._zygotes.values()
+    zygote.proc.kill()
+    zygote.proc.wait()
+    run(probe / "a.log", "0", warm=True)
+    assert launcher._zygotes and next(iter(launcher._zygotes.values())) is not zygote
+    assert (probe / "a.log").read_text(encoding="utf-8").count("argv ['0']") == 2
+    launcher.close_all()
+
+
+def test_switched_off_runs_cold(probe, monkeypatch):
+    launcher.close_all()
+    monkeypatch.setenv(launcher.SWITCH, "0")
+    run(probe / "a.log", "0", warm=True)
+    assert not launcher._zygotes
