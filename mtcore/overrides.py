@@ -1,4 +1,5 @@
-"""Profile deep-merge, ``--set key.path=value`` overrides and ``${var}`` interpolation."""
+"""Profiles (deep-merged overlays that may extend one another), ``--set key.path=value``
+overrides and ``${var}`` interpolation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import yaml
 
 from mtcore.errors import RecipeError
+from mtcore.registry import suggest
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -103,3 +105,59 @@ def interpolate(node: Any, variables: dict[str, Any], problems: list[str], loc: 
 
         return _VAR.sub(sub, node)
     return node
+
+
+def resolve_document(
+    document: dict[str, Any], profile: str | None, sets: list[str], source: str
+) -> tuple[dict[str, Any], str | None]:
+    """Apply the profile, then ``--set`` overrides, then ``${var}`` interpolation."""
+    chosen = profile or document.get("default_profile")
+    if chosen is not None:
+        for layer in profile_chain(document, chosen, source):
+            document = deep_merge(document, layer)
+    for assignment in sets:
+        path, value = parse_set(assignment)
+        document = apply_set(document, path, value)
+    problems: list[str] = []
+    variables = document.get("vars") or {}
+    if not isinstance(variables, dict):
+        raise RecipeError(["vars: must be a mapping"], source)
+    body = {k: v for k, v in document.items() if k not in ("profiles", "vars")}
+    body = interpolate(body, variables, problems)
+    if problems:
+        raise RecipeError(problems, source)
+    return {**document, **body}, chosen
+
+
+EXTENDS = "extends"  # a profile's key naming the profile it overlays
+
+
+def profile_chain(document: dict[str, Any], name: str, source: str) -> list[dict[str, Any]]:
+    """The overlays that profile ``name`` stands for, base first: a profile with ``extends: B``
+    is profile ``B`` with its own keys deep-merged on top (``smoke: {extends: cpu, ...}``
+    shrinks the cpu profile without repeating it)."""
+    profiles = document.get("profiles") or {}
+    names = list(profiles) if isinstance(profiles, dict) else []
+    chain: list[dict[str, Any]] = []
+    seen: list[str] = []
+    current: str | None = name
+    while current is not None:
+        if current in seen:
+            cycle = " -> ".join([*seen, current])
+            raise RecipeError([f"profiles: {EXTENDS} forms a cycle: {cycle}"], source)
+        if current not in names:
+            where = f"profile {seen[-1]!r} extends " if seen else ""
+            raise RecipeError(
+                [f"{where}unknown profile {current!r}. {suggest(current, names, 'Profiles')}"],
+                source,
+            )
+        seen.append(current)
+        layer = profiles[current] or {}
+        if not isinstance(layer, dict):
+            raise RecipeError([f"profiles.{current}: must be a mapping"], source)
+        base = layer.get(EXTENDS)
+        if base is not None and not isinstance(base, str):
+            raise RecipeError([f"profiles.{current}.{EXTENDS}: must be a profile name"], source)
+        chain.append({k: v for k, v in layer.items() if k != EXTENDS})
+        current = base
+    return chain[::-1]

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mtcore.errors import PluginError, RecipeError
-from mtcore.overrides import apply_set, deep_merge, interpolate, parse_set
+from mtcore.overrides import resolve_document
 from mtcore.plugin import Plugin, PluginConfig
 from mtcore.registry import Registry, suggest
 from mtcore.step import Step
@@ -104,62 +104,6 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return document
 
 
-def resolve_document(
-    document: dict[str, Any], profile: str | None, sets: list[str], source: str
-) -> tuple[dict[str, Any], str | None]:
-    """Apply the profile, then ``--set`` overrides, then ``${var}`` interpolation."""
-    chosen = profile or document.get("default_profile")
-    if chosen is not None:
-        for layer in profile_chain(document, chosen, source):
-            document = deep_merge(document, layer)
-    for assignment in sets:
-        path, value = parse_set(assignment)
-        document = apply_set(document, path, value)
-    problems: list[str] = []
-    variables = document.get("vars") or {}
-    if not isinstance(variables, dict):
-        raise RecipeError(["vars: must be a mapping"], source)
-    body = {k: v for k, v in document.items() if k not in ("profiles", "vars")}
-    body = interpolate(body, variables, problems)
-    if problems:
-        raise RecipeError(problems, source)
-    return {**document, **body}, chosen
-
-
-EXTENDS = "extends"  # a profile's key naming the profile it overlays
-
-
-def profile_chain(document: dict[str, Any], name: str, source: str) -> list[dict[str, Any]]:
-    """The overlays that profile ``name`` stands for, base first: a profile with ``extends: B``
-    is profile ``B`` with its own keys deep-merged on top (``smoke: {extends: cpu, ...}``
-    shrinks the cpu profile without repeating it)."""
-    profiles = document.get("profiles") or {}
-    names = list(profiles) if isinstance(profiles, dict) else []
-    chain: list[dict[str, Any]] = []
-    seen: list[str] = []
-    current: str | None = name
-    while current is not None:
-        if current in seen:
-            cycle = " -> ".join([*seen, current])
-            raise RecipeError([f"profiles: {EXTENDS} forms a cycle: {cycle}"], source)
-        if current not in names:
-            where = f"profile {seen[-1]!r} extends " if seen else ""
-            raise RecipeError(
-                [f"{where}unknown profile {current!r}. {suggest(current, names, 'Profiles')}"],
-                source,
-            )
-        seen.append(current)
-        layer = profiles[current] or {}
-        if not isinstance(layer, dict):
-            raise RecipeError([f"profiles.{current}: must be a mapping"], source)
-        base = layer.get(EXTENDS)
-        if base is not None and not isinstance(base, str):
-            raise RecipeError([f"profiles.{current}.{EXTENDS}: must be a profile name"], source)
-        chain.append({k: v for k, v in layer.items() if k != EXTENDS})
-        current = base
-    return chain[::-1]
-
-
 def load_recipe(
     path: str | Path,
     registry: Registry,
@@ -207,6 +151,7 @@ def build_recipe(
         if spec:
             steps[step_id] = spec
     _check_references(steps, problems, set(head.data) | set(head.steps))
+    _check_unbuilt_references(head.steps, steps, problems, set(head.data) | set(head.steps))
     if not problems:
         _check_cycles(steps, problems)
     if problems:
@@ -394,6 +339,24 @@ def _check_references(steps: dict[str, StepSpec], problems: list[str], declared:
                 problems.append(
                     f"{spec.location}.inputs.{role}: step {target!r} has no output {output!r} "
                     f"(outputs: {', '.join(outputs)})"
+                )
+
+
+def _check_unbuilt_references(
+    entries: dict[str, Any], steps: dict[str, StepSpec], problems: list[str], declared: set[str]
+) -> None:
+    """A step that could not be built (a misspelt kind, a bad setting) still has its inputs
+    checked: its dangling references are reported in the same pass, not after the fix."""
+    for step_id, entry in entries.items():
+        inputs = entry.get("inputs") if isinstance(entry, dict) else None
+        if step_id in steps or not isinstance(inputs, dict):
+            continue
+        for role, ref in inputs.items():
+            target = split_reference(str(ref))[0] if ref is not None else None
+            if target is not None and target not in declared:
+                problems.append(
+                    f"steps.{step_id}.inputs.{role}: unknown data or step {target!r}. "
+                    f"{suggest(target, declared, 'Known')}"
                 )
 
 

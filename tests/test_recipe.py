@@ -246,3 +246,15 @@ def test_metric_settings_are_located(registry):
     problems = problems_of(document, registry)
     assert any(p.startswith("steps.score.metrics.0.tokenize: Input should be") for p in problems)
     assert "steps.score.metrics.1.name: Unknown metric 'blue'. Did you mean 'bleu'?" in problems
+
+
+def test_dangling_inputs_of_a_step_with_an_unknown_kind_are_reported(registry):
+    document = base_recipe()
+    document["steps"]["split"]["kind"] = "splt"
+    document["steps"]["split"]["inputs"] = {"corpus": "claen"}
+    problems = problems_of(document, registry)
+    assert any("steps.split.kind" in p and "splt" in p for p in problems), problems
+    assert any(
+        "steps.split.inputs.corpus: unknown data or step 'claen'" in p and "'clean'" in p
+        for p in problems
+    ), problems

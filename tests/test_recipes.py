@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.recipe import EXTENDS, build_recipe, read_yaml
+from mtcore.overrides import EXTENDS
+from mtcore.recipe import build_recipe, read_yaml
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 CASES = [
