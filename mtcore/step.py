@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -63,6 +64,14 @@ class StepContext:
         path = self.work / name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def fresh_output(self, name: str) -> Path:
+        """An output the step writes whole in one go (a tool that refuses to overwrite, such as
+        fairseq-preprocess): what an interrupted earlier attempt left in it is removed."""
+        path = self.work / name
+        if path.exists():
+            shutil.rmtree(path)
+        return self.output(name)
 
     def scratch(self, name: str) -> Path:
         """A resume-safe working directory that is not part of the output."""

@@ -266,6 +266,13 @@ def test_binarize_reuses_a_given_dictionary(
         assert (tmp_path / "data" / f"dict.{lang}.txt").read_bytes() == (
             data / "dict.en.txt"
         ).read_bytes()
+    # killed after fairseq-preprocess wrote its files (issue: FileExistsError dict.en.txt on
+    # every later run): the rerun in the same partial directory starts the output over
+    first = {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir() if "log" not in p.name}
+    (tmp_path / "data" / "train.en-ja.en.bin").write_bytes(b"torn")
+    BinarizeStep.from_dict({"src": "en", "tgt": "ja"}).run(ctx)
+    again = {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir() if "log" not in p.name}
+    assert again == first
     alone = make_ctx(
         tmp_path / "alone",
         "binarize",

@@ -84,7 +84,7 @@ class BinarizeStep(Step):
         processor = load_spm(ctx.inputs["spm"].path)
         encoded = ctx.scratch("encoded")
         lines = {split: self._encode(ctx, split, processor, encoded) for split in SPLITS}
-        out = ctx.output("data")
+        out = ctx.fresh_output("data")  # fairseq-preprocess overwrites no file of a killed try
         given = ctx.inputs.get("dictionary")
         self._preprocess(encoded, out, None if given is None else self._dictionary(given.path))
         for split, count in lines.items():

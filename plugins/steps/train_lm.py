@@ -31,6 +31,9 @@ from mtcore_plugins.steps.train import parse_train_log, training_done
 ENTRY = "mtcore_plugins.steps.lm_entry"
 
 
+BINARIZED = ".binarized"  # marks the scratch data complete (fairseq-preprocess wrote every file)
+
+
 class TrainLMConfig(PluginConfig):
     lang: str = Field(min_length=1, max_length=32, description="corpus language to model")
     layers: int = Field(2, ge=1, le=48, description="decoder layers")
@@ -68,8 +71,10 @@ class TrainLMStep(Step):
         save_dir = ctx.scratch("checkpoints")
         data = ctx.scratch("data")
         if not training_done(log):
-            if not (data / "dict.txt").exists():
-                self._binarize(ctx, data)
+            if not (data / BINARIZED).exists():  # a killed try may have left a torn binarization
+                shutil.rmtree(data)
+                self._binarize(ctx, ctx.scratch("data"))
+                (data / BINARIZED).touch()
             cmd = self.command(data, save_dir, "valid" in ctx.inputs)
             run_logged(cmd, log, "fairseq-train", warm=True)
         self._finalize(save_dir / "checkpoint_last.pt", out / "checkpoint.pt")
