@@ -67,13 +67,31 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 @contextmanager
 def workdir_lock(workdir: Path) -> Iterator[None]:
+    """One run a workdir. The lock is the kernel's (``flock``), so a killed run holds none; the
+    file keeps the holder's pid to name it, or, left by a killed run, to say whose lock a new run
+    takes over."""
     workdir.mkdir(parents=True, exist_ok=True)
-    with open(workdir / ".lock", "w") as handle:
+    with open(workdir / ".lock", "a+") as handle:
+        handle.seek(0)
+        holder = handle.read().strip()
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            raise MtcoreError(f"workdir {workdir} is in use by another mtcore run") from exc
-        yield
+            raise MtcoreError(
+                f"workdir {workdir} is in use by another mtcore run (pid {holder or 'unknown'}); "
+                "wait for it to finish, or stop it, or use another --workdir"
+            ) from exc
+        if holder and holder != str(os.getpid()):
+            log.info("workdir %s: taking over the lock of run %s, which has ended", workdir, holder)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:  # a run that ends (even by an exception) leaves no pid behind; a killed one does
+            handle.seek(0)
+            handle.truncate()
 
 
 @contextmanager

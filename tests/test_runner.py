@@ -231,3 +231,33 @@ def test_a_data_entry_keeps_its_first_max_pairs(tmp_path, registry, enja_files):
     assert result.results[0].planned.hash != plain["bitext"]
     del doc["data"]["bitext"]["max_pairs"]
     assert make_plan(build_recipe(doc, registry), registry)[0].hash == plain["bitext"]
+
+
+def test_a_live_lock_names_its_pid_and_a_dead_one_is_taken_over(
+    tmp_path, registry, enja_files, caplog
+):
+    from mtcore.errors import MtcoreError
+
+    work = tmp_path / "w"
+    work.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         "h = open(sys.argv[1], 'a+'); fcntl.flock(h, fcntl.LOCK_EX)\n"
+         "h.write(str(__import__('os').getpid())); h.flush(); print('locked', flush=True)\n"
+         "time.sleep(60)", str(work / ".lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(
+            MtcoreError, match=f"in use by another mtcore run \\(pid {holder.pid}\\)"
+        ):
+            run(recipe_doc(enja_files), registry, work)
+    finally:
+        holder.kill()
+        holder.wait()
+    caplog.set_level("INFO", logger="mtcore")
+    result = run(recipe_doc(enja_files), registry, work)  # the dead holder's pid is still there
+    assert [r.status for r in result.results] == ["ran", "ran", "ran"]
+    assert f"taking over the lock of run {holder.pid}" in caplog.text
+    assert (work / ".lock").read_text() == ""
