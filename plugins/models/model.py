@@ -16,6 +16,7 @@ Everything here imports fairseq: import this module only from a plugin's ``regis
 from __future__ import annotations
 
 import argparse
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,14 @@ from mtcore_plugins.models.dlcl import LayerHistory
 from mtcore_plugins.models.evolved import BRANCH_HEADS, EvolvedDecoderCell, EvolvedEncoderCell
 from mtcore_plugins.models.layers import MtcoreDecoderLayer, MtcoreEncoderLayer, rescale_init
 from mtcore_plugins.models.stacks import decoder_features, encoder_forward
+
+# fairseq's attention passes a bool key_padding_mask with a float attn_mask; torch 2.x warns on
+# every such call site of every process (training, decoding workers) though the result is right.
+warnings.filterwarnings(
+    "ignore",
+    message="Support for mismatched key_padding_mask and attn_mask is deprecated",
+    category=UserWarning,
+)
 
 MODEL_NAME = "mtcore_transformer"
 
