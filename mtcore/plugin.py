@@ -209,7 +209,14 @@ class Tuner(Plugin):
 
 
 class Executor(Plugin):
-    """Runs tasks of a data step: ``map(fn, tasks)`` yields results in task order."""
+    """Runs tasks of a data step: ``map(fn, tasks)`` yields results in task order.
+    ``workers`` is how many tasks may run at once (steps share the cores out by it)."""
+
+    @property
+    def workers(self) -> int:
+        """The ``workers`` setting where the plugin has one and it is set, else 1."""
+        value = getattr(self.config, "workers", None)
+        return value if isinstance(value, int) and value > 0 else 1
 
     def map(self, fn: Any, tasks: Any) -> Iterator[Any]:
         raise NotImplementedError

@@ -261,3 +261,15 @@ def test_a_live_lock_names_its_pid_and_a_dead_one_is_taken_over(
     assert [r.status for r in result.results] == ["ran", "ran", "ran"]
     assert f"taking over the lock of run {holder.pid}" in caplog.text
     assert (work / ".lock").read_text() == ""
+
+
+def test_executor_contract_declares_workers(registry):
+    from mtcore.plugin import Executor
+
+    local = registry.load("executors", "local").from_dict({"workers": 3})
+    assert isinstance(local, Executor) and local.workers == 3
+
+    class Serial(Executor):  # an outside executor without a workers setting runs one at a time
+        name = "serial"
+
+    assert Serial().workers == 1

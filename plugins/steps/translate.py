@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError, StepError
-from mtcore.plugin import NOT_IDENTITY, PluginConfig
+from mtcore.plugin import NOT_IDENTITY, Executor, PluginConfig
 from mtcore.shards import map_shards
 from mtcore.stats import Stats
 from mtcore.step import Step, StepContext
@@ -238,7 +238,7 @@ def worker_threads(threads: int, executor: Any) -> int:
     (0: torch's default, when the executor runs one task at a time)."""
     if threads:
         return threads
-    workers = int(getattr(executor, "workers", 1) or 1)
+    workers = executor.workers if isinstance(executor, Executor) else 1
     return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
 
 
