@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -153,13 +156,40 @@ def run(
     runner = Runner(
         loaded, registry, target, hooks, show_progress=not quiet and sys.stderr.isatty()
     )
-    result = runner.run(until)
+    with interruptible() as stopped:
+        try:
+            result = runner.run(until)
+        except KeyboardInterrupt:
+            during = f" during step {runner.current}" if runner.current else ""
+            click.echo(
+                f"mtcore: stopped by {stopped[0]}{during}. Finished steps are kept and {target} "
+                "resumes where it stopped: run the same `mtcore run` command again.",
+                err=True,
+            )
+            sys.exit(143 if stopped[0] == "SIGTERM" else 130)
     for item in result.results:
         click.echo(f"{item.status:7} {item.planned.id} ({item.manifest.get('seconds', 0):.1f}s)")
         for name, value in item.manifest.get("metrics", {}).items():
             if isinstance(value, dict) and "signature" in value:
                 click.echo(f"        {name} = {value['score']:.2f}  {value['signature']}")
     click.echo(f"report: {target / 'report.md'}")
+
+
+@contextmanager
+def interruptible() -> Iterator[list[str]]:
+    """SIGTERM stops a run as Ctrl-C does (a KeyboardInterrupt where the run is); yields the
+    name of the signal that stopped it."""
+    stopped = ["Ctrl-C (SIGINT)"]
+
+    def on_term(signum: int, frame: Any) -> None:
+        stopped[0] = "SIGTERM"
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _ablate(

@@ -52,6 +52,7 @@ class Zygote:
             text=True,
         )
         self.lock = threading.Lock()
+        self.busy = False  # a child is running
 
     def call(self, module: str, argv: list[str], env: dict[str, str], log: Path) -> int | None:
         """The child's exit status (negative: killed by that signal), or ``None`` when the
@@ -66,7 +67,9 @@ class Zygote:
                 stdin.flush()
             except OSError:  # gone before the child could start: nothing ran
                 return None
-            reply = stdout.readline()
+            self.busy = True
+            reply = stdout.readline()  # an interrupt here leaves busy set: close() kills
+            self.busy = False
         if not reply:  # gone while the child ran (PR_SET_PDEATHSIG has ended it): not rerun
             raise StepError(
                 f"the warm process running python -m {module} died (exit status "
@@ -79,6 +82,11 @@ class Zygote:
         return self.proc.poll() is None
 
     def close(self) -> None:
+        """Ends the zygote: at once if a child is running (the run was interrupted; the child
+        dies with it), else once it has read the end of its input."""
+        if self.busy and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         if self.proc.poll() is None:
             stdin: IO[str] | None = self.proc.stdin
             if stdin is not None:

@@ -224,6 +224,11 @@ class Executor(Plugin):
     def close(self) -> None:
         """Release workers."""
 
+    def abort(self) -> None:
+        """Stop at once, abandoning running tasks (the run was interrupted); by default the
+        same as :meth:`close`."""
+        self.close()
+
 
 NOT_IDENTITY: JsonDict = {"identity": False}
 """``Field(..., json_schema_extra=NOT_IDENTITY)`` marks a setting that cannot change a step's

@@ -153,6 +153,7 @@ class Runner:
             self._write_resolved()
             result = RunResult(self.workdir, log_file=log_file)
             executor: Executor | None = None
+            self.current: str | None = None
             try:
                 for planned in plan:
                     final = step_dir(self.workdir, planned)
@@ -164,8 +165,15 @@ class Runner:
                         continue
                     if executor is None:
                         executor = make_executor(self.recipe, self.registry)
+                    self.current = planned.id
                     manifest = self._run_step(planned, executor)
+                    self.current = None
                     result.results.append(StepResult(planned, "ran", manifest, final))
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: stop now
+                if executor is not None:
+                    executor.abort()
+                    executor = None
+                raise
             finally:
                 if executor is not None:
                     executor.close()

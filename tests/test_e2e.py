@@ -127,3 +127,50 @@ def test_tiny_recipe_end_to_end_and_resume_after_kill(tmp_path):
     assert manifest["resumed"] is True
     assert manifest["metrics"]["resumed_from_update"] >= 20
     assert step_files(work) == step_files(ref)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_ctrl_c_stop_promptly_and_the_run_resumes(tmp_path, sig):
+    """Stopped mid-training, the run exits within seconds with a message that says how to
+    resume, leaves no process behind (trainer, zygote, pool workers), and the rerun resumes the
+    training and finishes. Ctrl-C reaches the whole foreground process group; SIGTERM (a
+    scheduler, ``kill``) only mtcore itself. (Byte-identical outputs after a resume are the kill
+    sweep's to prove: a resume from a checkpoint in the middle of epoch 2, as here, is not yet.)"""
+    recipe = tiny_recipe(tmp_path)
+    work = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [*MTCORE, "run", str(recipe), "-w", str(work), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(
+        work.glob("steps/.partial/train-*/model/checkpoints/checkpoint_*_20.pt")
+    ):
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run finished before the first checkpoint: nothing was stopped"
+    sent = time.time()
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.time() - sent < 15
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), stderr
+    assert "during step train" in stderr and "run the same `mtcore run` command again" in stderr
+    for _ in range(50):  # children die with their parent (PR_SET_PDEATHSIG): give them a moment
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("processes of the stopped run are still alive")
+    again = subprocess.run(
+        [*MTCORE, "run", str(recipe), "-w", str(work), "-q"], capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    manifest = yaml.safe_load(next(work.glob("steps/train-*/manifest.json")).read_text())
+    assert manifest["resumed"] is True and manifest["metrics"]["resumed_from_update"] >= 20
