@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from mtcore.runner import RunResult
 
 log = logging.getLogger(__name__)
-TRAIN_KINDS = ("train", "train_lm")
 
 
 @dataclass
@@ -107,7 +106,7 @@ def _pairs(item: Any) -> Any:
 
 
 def _train_seconds(item: Any) -> Any:
-    if item.planned.spec.kind not in TRAIN_KINDS:
+    if not item.planned.spec.plugin.trains:
         return None
     return float(item.manifest.get("seconds", 0.0))
 

@@ -98,6 +98,7 @@ class Step(Plugin):
 
     inputs: ClassVar[dict[str, bool]] = {}
     outputs: ClassVar[tuple[str, ...]] = ("out",)
+    trains: ClassVar[bool] = False  # trains a model: comparisons report its seconds as training
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         """Validate nested plugin references in the config; returns (location, message) pairs."""

@@ -50,6 +50,7 @@ class TrainStep(Step):
     config: TrainConfig
     inputs: ClassVar[dict[str, bool]] = {"data": True, "init": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
+    trains: ClassVar[bool] = True
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]

@@ -64,6 +64,7 @@ class TrainLMStep(Step):
     config: TrainLMConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "spm": True, "valid": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
+    trains: ClassVar[bool] = True
 
     def run(self, ctx: StepContext) -> None:
         out = ctx.output("model")
