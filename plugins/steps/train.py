@@ -51,6 +51,7 @@ class TrainStep(Step):
     inputs: ClassVar[dict[str, bool]] = {"data": True, "init": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
     trains: ClassVar[bool] = True
+    _gpus = 0  # CUDA devices the driver sees (set by _check_device)
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]
@@ -71,8 +72,9 @@ class TrainStep(Step):
             if repair_last_checkpoint(save_dir):
                 ctx.stats.add("train.repaired_checkpoint_last")
             cmd = self.command(data.path, data.meta, save_dir, start, models)
-            # one process: a warm fork; several (torch.distributed) start cold
-            warm = self.config.distributed_world_size == 1
+            # one CPU process: a warm fork; several (torch.distributed), or CUDA (a fork of a
+            # process that may have touched the driver), start cold
+            warm = self.config.distributed_world_size == 1 and self._gpus == 0
             run_logged(cmd, log, "fairseq-train", env=self._env(), warm=warm)
         if not (out / "checkpoint.pt").exists():
             ctx.metrics["averaged"] = self._finalize(save_dir, out / "checkpoint.pt")
@@ -211,7 +213,7 @@ class TrainStep(Step):
         import torch
 
         c = self.config
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = self._gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if c.precision != "fp32" and gpus == 0:
             raise StepError(
                 f"train: precision {c.precision} needs a CUDA GPU and this machine has none "

@@ -77,7 +77,9 @@ class TrainLMStep(Step):
                 self._binarize(ctx, ctx.scratch("data"))
                 (data / BINARIZED).touch()
             cmd = self.command(data, save_dir, "valid" in ctx.inputs)
-            run_logged(cmd, log, "fairseq-train", warm=True)
+            import torch  # a warm fork on CPU only: CUDA in a fork of a used driver fails
+
+            run_logged(cmd, log, "fairseq-train", warm=not torch.cuda.is_available())
         self._finalize(save_dir / "checkpoint_last.pt", out / "checkpoint.pt")
         shutil.copyfile(data / "dict.txt", out / "dict.txt")
         found = parse_train_log(log)
