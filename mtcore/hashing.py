@@ -25,12 +25,19 @@ def hash_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+LOG_SUFFIX = ".log"  # tool logs: kept with a step's outputs, never part of their hashes
+
+
 def hash_tree(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
-    """sha256 of every file under ``root`` (relative POSIX path -> hex), hidden entries skipped."""
+    """sha256 of every file under ``root`` (relative POSIX path -> hex); hidden entries and
+    logs (``*.log``: timestamps, absolute paths, a resumed tool's second start) skipped, so a
+    step resumed after a kill has the output hashes of one that ran through."""
     out: dict[str, str] = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if any(part.startswith(".") for part in rel.parts) or rel.as_posix() in skip:
+            continue
+        if path.suffix == LOG_SUFFIX:
             continue
         if path.is_file():
             out[rel.as_posix()] = hash_file(path)
