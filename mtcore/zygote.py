@@ -59,6 +59,8 @@ def child(request: dict[str, Any], channels: tuple[int, int]) -> None:
         os.dup2(log, 2)
         os.close(null)
         os.close(log)
+        if sys.path and sys.path[0] == os.getcwd():  # `python -m` puts its cwd first
+            sys.path[0] = request["cwd"]
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

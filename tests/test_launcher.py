@@ -104,3 +104,21 @@ def test_switched_off_runs_cold(probe, monkeypatch):
     monkeypatch.setenv(launcher.SWITCH, "0")
     run(probe / "a.log", "0", warm=True)
     assert not launcher._zygotes
+
+
+def test_the_callers_directory_comes_first_on_the_path(tmp_path, monkeypatch):
+    """``python -m`` looks in its working directory first: so does a fork of a zygote that was
+    started in another directory."""
+    monkeypatch.setattr(launcher, "PRELOAD", ("json",))
+    launcher.close_all()
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mtcore_here.py").write_text(f"print('{name}')\n", encoding="utf-8")
+    for name in ("first", "second"):
+        monkeypatch.chdir(tmp_path / name)
+        run_logged(
+            [sys.executable, "-m", "mtcore_here"], tmp_path / f"{name}.log", "here", warm=True
+        )
+    assert len(launcher._zygotes) == 1
+    assert (tmp_path / "second.log").read_text(encoding="utf-8").endswith("second\n")
+    launcher.close_all()
