@@ -18,6 +18,8 @@ from typing import Any
 
 from mtcore.process import PARENT_ENV, die_with_parent
 
+START_DIR = os.getcwd()  # sys.path[0] of this process (`python -m` runs it)
+
 
 def preload(modules: list[str]) -> None:
     """Imports ``modules`` and leaves logging as a fresh interpreter has it (a library that
@@ -59,7 +61,7 @@ def child(request: dict[str, Any], channels: tuple[int, int]) -> None:
         os.dup2(log, 2)
         os.close(null)
         os.close(log)
-        if sys.path and sys.path[0] == os.getcwd():  # `python -m` puts its cwd first
+        if sys.path and sys.path[0] == START_DIR:  # `python -m` puts its cwd first
             sys.path[0] = request["cwd"]
         os.chdir(request["cwd"])
         os.environ.clear()
