@@ -53,7 +53,7 @@ OPUSFILTER_CHAIN = [
 MTCORE_CHAIN = [
     {"name": "length", "unit": "char", "min_length": 1, "max_length": 500},
     {"name": "length_ratio", "unit": "char", "max_ratio": 6, "inclusive": False},
-    {"name": "long_word", "max_chars": 39},
+    {"name": "long_word", "max_chars": 39, "unit": "word"},  # OpusFilter splits on spaces
     {"name": "html_tag"},
     {"name": "terminal_punctuation", "threshold": -2},
     {"name": "nonzero_numerals", "threshold": 0.5},

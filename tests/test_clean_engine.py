@@ -508,7 +508,12 @@ def test_settings_with_non_string_keys_reach_the_filter(registry):
     (spec,) = make_specs([{"name": "char_repetition", "limits": {1: 6, 2: 4, 3: 2}}])
     built = spec.build(registry, ("en", "ja"))
     assert built.config.limits == {1: 6, 2: 4, 3: 2}
-    entry = {"name": "langid", "languages": ["en", "ja", "zh"], "aliases": {"zh": "ja"}}
+    entry = {
+        "name": "langid",
+        "among": "corpus",
+        "languages": ["en", "ja", "zh"],
+        "aliases": {"zh": "ja"},
+    }
     (spec,) = make_specs([entry])
     config = spec.build(registry, ("en", "ja")).config
     assert config.languages == ["en", "ja", "zh"] and config.aliases == {"zh": "ja"}

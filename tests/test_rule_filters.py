@@ -224,18 +224,27 @@ CASES = [
     # --- final_punctuation (Yishu §2.1.1; "?" and "？" are the same mark)
     Case("final_punctuation", {}, "tatoeba-enja", ("Are you all right?", "大丈夫？"), True),
     Case("final_punctuation", {}, "tatoeba-enja", ("Good Idea!", "名案だ。"), False),  # ! vs 。
-    # a question ("?") translated as a statement ("。")
+    # a Japanese question ends in か。: it matches "?"
     Case(
         "final_punctuation",
         {},
         "small-enja",
         ("what time is it ?", "何 時 で しょ う か 。"),
-        False,
+        True,
     ),
-    # closing quotes are looked through: '."' against a Japanese line ending in 」
+    # closing quotes are looked through: '."' against a Japanese line ending in 」 and no
+    # mark, which reads as a full stop ...
     Case(
         "final_punctuation",
         {},
+        "tatoeba-enja",
+        ('"Where are you?" "I’m here."', "「どこにいるの？」「ここだよ」"),
+        True,
+    ),
+    # ... unless missing_is_stop is off
+    Case(
+        "final_punctuation",
+        {"missing_is_stop": False},
         "tatoeba-enja",
         ('"Where are you?" "I’m here."', "「どこにいるの？」「ここだよ」"),
         False,
@@ -258,8 +267,17 @@ CASES = [
     Case("brackets", {"balanced": True}, "microtopia", WINK, False),  # ... closing nothing
     # --- numbers (Yishu §2.1.1: every number; Xiaomi §2.2.1: three digits or more)
     Case("numbers", {}, "tatoeba-enja", TATOEBA_JA_PAIR, True),  # 1,000 = １０００
-    # "thirty" written out, ３０ in digits
-    Case("numbers", {}, "tatoeba-enja", ("Wait thirty minutes.", "３０分待ってて。"), False),
+    # "thirty" written out matches ３０ in digits
+    Case("numbers", {}, "tatoeba-enja", ("Wait thirty minutes.", "３０分待ってて。"), True),
+    # ... "forty" does not
+    Case(
+        "numbers",
+        {},
+        "tatoeba-enja",
+        ("Wait forty minutes.", "３０分待ってて。"),
+        False,
+        ("Wait thirty minutes.", "３０分待ってて。"),
+    ),
     # two digits are below min_digits: not compared
     Case(
         "numbers",
@@ -268,13 +286,13 @@ CASES = [
         ("Wait thirty minutes.", "３０分待ってて。"),
         True,
     ),
-    # 5000 against a Chinese numeral
+    # 5000 against the Chinese numeral 五千
     Case(
         "numbers",
         {"min_digits": 3},
         "tatoeba-enzh",
         ("5000 yuan is a lot of money.", "五千元是一大笔钱。"),
-        False,
+        True,
     ),
     # 100,000 against 10萬 (ten ten-thousands)
     Case(
@@ -282,7 +300,16 @@ CASES = [
         {"min_digits": 3},
         "tatoeba-enzh",
         ("My husband earns $100,000 a year.", "我丈夫一年收入10萬美元。"),
+        True,
+    ),
+    # ... but not against 1萬
+    Case(
+        "numbers",
+        {"min_digits": 3},
+        "tatoeba-enzh",
+        ("My husband earns $100,000 a year.", "我丈夫一年收入1萬美元。"),
         False,
+        ("My husband earns $100,000 a year.", "我丈夫一年收入10萬美元。"),
     ),
     # --- urls (Xiaomi §2.2.1)
     Case(
@@ -361,8 +388,15 @@ CASES = [
         {},
         "tatoeba-enja",
         ("I love Tatoeba.", "私、Tatoebaが大好きなのよ。"),
+        True,
+    ),  # in words (Yishu's unit): 1 Latin word of 9 units, native 0.89
+    Case(
+        "script_ratio",
+        {"languages": {"ja": {"unit": "letter"}}},
+        "tatoeba-enja",
+        ("I love Tatoeba.", "私、Tatoebaが大好きなのよ。"),
         False,
-    ),  # 7 of 15 letters Latin: native 0.53 < 0.6
+    ),  # in letters: 7 of 15 letters Latin, native 0.53 < 0.6
     # Xiaomi: 0.53 is above 0.25, Latin is allowed, kana present
     Case(
         "script_ratio",

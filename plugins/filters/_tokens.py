@@ -4,11 +4,18 @@ Japanese goes through MeCab (fugashi with the unidic-lite dictionary), as NT5 di
 word-level rules (NT5 §3.2); Chinese through jieba; every other language splits on whitespace.
 The segmenters are heavy, so they are built lazily, once per process (worker processes build
 their own on first use).
+
+This module is the one place words are counted: every word-based rule (``length`` and
+``length_ratio`` with ``unit: token``, ``long_word``, ``avg_word_length``) asks it, and a chain
+holding several of them segments each line once: the token lengths of the lines segmented last
+are kept per process (:data:`CACHE_LINES` lines per language, a shard or two), keyed by the
+line, so the second rule on the same shard reads them back instead of running MeCab again.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -57,25 +64,70 @@ def _chinese() -> Any:
     return tok
 
 
+# Runs the segmenters see: kana, CJK ideographs and symbols, full-width forms. What lies between
+# them (Latin words, numbers, URLs, e-mail addresses) is split on whitespace only, as in the
+# other languages: MeCab would cut an unknown Latin run into letters and pieces
+# ("aaaa…" -> "a", "a", …, "aaaa"; a URL at every "/"), hiding garbage from the word rules.
+_CJK = (
+    "\u2e80-\u2fdf\u3000-\u30ff\u3100-\u31ff\u3200-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f"
+)
+_RUNS = re.compile(f"[{_CJK}]+|[^\\s{_CJK}]+")
+_RUNS_CJK = re.compile(f"[{_CJK}]")
+
+
 def tokens(text: str, lang: str) -> list[str]:
-    """The words of ``text``; whitespace is never a token."""
+    """The words of ``text``; whitespace is never a token. In Japanese and Chinese the CJK runs
+    go through the segmenter and every other run of non-space characters is one word."""
     kind = segmenter_lang(lang)
-    if kind == "ja":
-        return str(_japanese().parse(text)).split()
-    if kind == "zh":
-        return [w for w in _chinese().cut(text, HMM=True) if not w.isspace()]
-    return text.split()
+    if not kind:
+        return text.split()
+    out: list[str] = []
+    for match in _RUNS.finditer(text):
+        run = match.group()
+        if run[0] > "\u2e7f" and _RUNS_CJK.match(run):
+            if kind == "ja":
+                out.extend(str(_japanese().parse(run)).split())
+            else:
+                out.extend(w for w in _chinese().cut(run, HMM=True) if not w.isspace())
+        else:
+            out.append(run)
+    return out
+
+
+CACHE_LINES = 65_536
+"""Lines whose token lengths are remembered per language and process (about two shards)."""
+
+_LENGTHS: dict[str, dict[str, tuple[int, ...]]] = {}
+
+
+def token_lengths(texts: Sequence[str], lang: str) -> list[tuple[int, ...]]:
+    """The length in characters of each :func:`tokens` of each text, in order. Segmented
+    languages go through the per-process cache; whitespace languages are split directly."""
+    kind = segmenter_lang(lang)
+    if not kind:
+        return [tuple(map(len, t.split())) for t in texts]
+    cache = _LENGTHS.setdefault(kind, {})
+    out: list[tuple[int, ...]] = []
+    for text in texts:
+        hit = cache.get(text)
+        if hit is None:
+            if len(cache) >= CACHE_LINES:
+                cache.clear()  # cheaper than LRU bookkeeping; a chain reuses lines at once
+            hit = cache[text] = tuple(map(len, tokens(text, kind))) if text else ()
+        out.append(hit)
+    return out
 
 
 def count_tokens(texts: Sequence[str], lang: str) -> np.ndarray:
     """Number of :func:`tokens` of each text (int64, same order)."""
-    kind = segmenter_lang(lang)
-    if kind == "ja":
-        parse = _japanese().parse
-        it = (len(str(parse(t)).split()) if t else 0 for t in texts)
-    elif kind == "zh":
-        cut = _chinese().cut
-        it = (sum(1 for w in cut(t, HMM=True) if not w.isspace()) for t in texts)
-    else:
-        it = (len(t.split()) for t in texts)
-    return np.fromiter(it, dtype=np.int64, count=len(texts))
+    if not segmenter_lang(lang):
+        return np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
+    lengths = token_lengths(texts, lang)
+    return np.fromiter(map(len, lengths), dtype=np.int64, count=len(texts))
+
+
+def longest_token(texts: Sequence[str], lang: str) -> np.ndarray:
+    """Characters of the longest :func:`tokens` of each text, 0 for a text without any."""
+    lengths = token_lengths(texts, lang)
+    return np.fromiter((max(t, default=0) for t in lengths), dtype=np.int64, count=len(texts))

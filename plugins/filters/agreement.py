@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF002, RUF003 (full-width and CJK marks are what these rules compare)
 """Agreement rules between the two sides of a pair (Yishu WMT23 §2.1.1: inconsistent final
 punctuation, unmatched parentheses, unmatched Arabic numerals; Xiaomi IWSLT20 §2.2.1:
 mismatched numbers of three or more digits and URLs), each paper's number as the default.
@@ -18,6 +19,20 @@ from pydantic import Field
 from mtcore.errors import PluginError
 from mtcore.plugin import Filter, Pair, PluginConfig
 from mtcore.textblock import TextBlock
+from mtcore_plugins.filters._brackets import (
+    KINDS,
+    STAND_IN,
+    count,
+    groups,
+    optional_groups,
+    unbalanced,
+)
+from mtcore_plugins.filters._numbers import (
+    has_digits,
+    number_items,
+    unmatched_numbers,
+    word_values,
+)
 
 
 class TwoSidedFilter(Filter):
@@ -38,25 +53,39 @@ class TwoSidedFilter(Filter):
 # --- final punctuation ----------------------------------------------------------------------
 
 _ELLIPSIS_GROUP = "…⋯"
+# Two dots or more of any script end a line as an ellipsis: ... ・・・ 、、、 (。。 is one too,
+# or a stop).
+_DOTS = ".・･、．"
+# Question particles: a Japanese or Chinese question may end in 。 or no mark (ですか。, 吗).
+_ASKING = ("か", "の", "だろう", "でしょう", "吗", "嗎", "呢", "么", "麼")
 
 
 class FinalPunctuationConfig(PluginConfig):
     equivalents: list[str] = Field(
-        [".。．｡", "?？", "!！", ",，、", ":：", ";；", _ELLIPSIS_GROUP],  # noqa: RUF001
+        [".。．｡", "?？", "!！", ",，、", ":：", ";；", _ELLIPSIS_GROUP],
         min_length=1,
         description="groups of sentence-final marks that count as the same across scripts",
     )
+    # Opening quotes too: a translator's typo (“...“) or a German „...“ closes with them.
     closing: str = Field(
-        "\"'”’»›」』）)]］】〕》〉",  # noqa: RUF001
+        "\"'”’»›」』）)]］】〕》〉“‘„«‹〝〞〟＂＇｣",
         max_length=100,
         description="closing quotes and brackets looked through before the final mark",
     )
     missing_ok: bool = Field(False, description="a side without a final mark matches any mark")
+    # Measured on clean WMT zh-en and en-ja pairs: Chinese and Japanese chat lines, headlines
+    # and list items often end without the full stop their translation has (3 % of pairs).
+    missing_is_stop: bool = Field(
+        True,
+        description="a side without a final mark matches a full stop (a question or "
+        "exclamation mark still needs its own)",
+    )
 
 
 class FinalPunctuationFilter(TwoSidedFilter):
-    """Inconsistent sentence-final punctuation (Yishu §2.1.1). ``...`` counts as ``…``. Score:
-    1 when the two sides end alike, else 0."""
+    """Inconsistent sentence-final punctuation (Yishu §2.1.1). ``...``, ``・・・`` and ``、、、``
+    count as ``…``; closing quotes and brackets are looked through. Score: 1 when the two sides
+    end alike, else 0."""
 
     name = "final_punctuation"
     Config = FinalPunctuationConfig
@@ -71,20 +100,44 @@ class FinalPunctuationFilter(TwoSidedFilter):
         }
         self.ellipsis = self.classes.get("…", 0)
         self.strip = self.config.closing + " \t\u3000"
+        self.stop, self.question = self.classes.get(".", 0), self.classes.get("?", 0)
+        self.exclamation = self.classes.get("!", 0)
+        self.missing = self.stop if self.config.missing_is_stop else 0
 
     def final_class(self, text: str) -> int:
         """The group of the last mark (0: none)."""
+        return self.final_classes(text)[0]
+
+    def final_classes(self, text: str) -> tuple[int, int]:
+        """The group of the last mark (0: none) and the group it may also be read as: a
+        question for a question particle before 。 or no mark (ですか。), an ellipsis for …。
+        or 。。, the other mark of ?! and !?."""
         text = text.rstrip(self.strip)
-        if text.endswith("...") and self.ellipsis:
-            return self.ellipsis
-        return self.classes.get(text[-1:], 0)
+        mark = text[-1:]
+        if mark and mark in _DOTS and text[-2:-1] == mark and self.ellipsis:
+            return self.ellipsis, 0
+        last = self.classes.get(mark, 0)
+        end = len(text) - 1 if last else len(text)
+        body = text[max(end - 8, 0) : end].rstrip()  # the words before the mark
+        if last == self.stop or not last:
+            if body.endswith(_ASKING):
+                return last, self.question
+            if body[-1:] in ("…", "。"):
+                return last, self.ellipsis
+        if last in (self.question, self.exclamation) and body and body[-1] in "?？!！":
+            return last, self.classes.get(body[-1:], 0)
+        return last, 0
 
     def score(self, batch: Sequence[Pair]) -> list[int]:
-        final, missing_ok = self.final_class, self.config.missing_ok
+        finals, missing_ok, missing = self.final_classes, self.config.missing_ok, self.missing
         out = []
         for src, tgt in batch:
-            a, b = final(src), final(tgt)
-            out.append(int(a == b or (missing_ok and not (a and b))))
+            (a, alt_a), (b, alt_b) = finals(src), finals(tgt)
+            if a == b or (missing_ok and not (a and b)):
+                out.append(1)
+                continue
+            a, b = a or missing, b or missing
+            out.append(int(a == b or (alt_a and alt_a in (b, alt_b)) or (alt_b and alt_b == a)))
         return out
 
     def accept(self, score: int) -> bool:
@@ -96,39 +149,36 @@ class FinalPunctuationFilter(TwoSidedFilter):
 
 # --- brackets -------------------------------------------------------------------------------
 
-# Half- and full-width forms of a kind count as the same bracket.
-BRACKET_KINDS: dict[str, tuple[str, str]] = {
-    "round": ("(（", ")）"),  # noqa: RUF001
-    "square": ("[［【〔〖", "]］】〕〗"),  # noqa: RUF001
-    "curly": ("{｛", "}｝"),  # noqa: RUF001
-}
-
 
 class BracketsConfig(PluginConfig):
-    # Yishu §2.1.1: "delete corpora with an unaligned number of parentheses".
+    # Yishu §2.1.1: "delete corpora with an unaligned number of parentheses": a group of
+    # brackets one side has and the other lacks (an aside added or lost, a bracket cut off).
     kinds: list[Literal["round", "square", "curly"]] = Field(
         ["round"], min_length=1, description="bracket kinds counted (full-width equals half)"
     )
     balanced: bool = Field(
         False, description="also reject a side whose brackets do not open and close in order"
     )
-
-
-def unbalanced(text: str, opens: str, closes: str) -> bool:
-    depth = 0
-    for ch in text:
-        if ch in opens:
-            depth += 1
-        elif ch in closes:
-            depth -= 1
-            if depth < 0:
-                return True
-    return depth != 0
+    interchangeable: bool = Field(
+        True,
+        description="round and square brackets stand in for each other: with both in kinds "
+        "they count as one kind, with one the other may replace a group the other side "
+        "has ([PERSON2] for (PERSON2), 【title】 for (title)) but is not required",
+    )
+    optional: bool = Field(
+        True,
+        description="groups that are no aside may make up a difference: content the other "
+        "side has (彼得·梅杰（Peter Meijer） against Peter Meijer), an acronym (CNA), a "
+        "reading in kana (岩渕麗楽（れいら）), a day of the week after a date (7/13(水)), the "
+        "speaker after a quote (「…」（市担当者）), （笑）, emoticons without letters or digits "
+        "and a list mark starting the line ((三) against 3.)",
+    )
 
 
 class BracketsFilter(TwoSidedFilter):
     """Score: how many opening and closing brackets differ between the sides (plus the
-    unbalanced sides with ``balanced``); accept 0."""
+    unbalanced sides with ``balanced``); accept 0. Full-width, CJK (【】〔〕) and ASCII forms
+    are the same bracket."""
 
     name = "brackets"
     Config = BracketsConfig
@@ -137,19 +187,14 @@ class BracketsFilter(TwoSidedFilter):
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
         super().setup(langs, resources)
-        self.kinds = [BRACKET_KINDS[k] for k in dict.fromkeys(self.config.kinds)]
-        self.any = re.compile("[" + re.escape("".join(o + c for o, c in self.kinds)) + "]")
-
-    def _counts(self, text: str) -> list[int]:
-        """Opening and closing brackets of each kind."""
-        counts = []
-        for opens, closes in self.kinds:
-            counts.append(sum(text.count(ch) for ch in opens))
-            counts.append(sum(text.count(ch) for ch in closes))
-        return counts
-
-    def _unbalanced(self, text: str) -> int:
-        return sum(unbalanced(text, o, c) for o, c in self.kinds) if self.config.balanced else 0
+        names: list[str] = list(dict.fromkeys(self.config.kinds))
+        mixed = self.config.interchangeable
+        if mixed and {"round", "square"} <= set(names):
+            names = ["paren", *(k for k in names if k not in STAND_IN)]
+        self.kinds = [
+            (KINDS[k], KINDS[STAND_IN.get(k, "none") if mixed else "none"]) for k in names
+        ]
+        self.any = re.compile("[" + re.escape("".join(o + c for (o, c), _ in self.kinds)) + "]")
 
     def score(self, batch: Sequence[Pair]) -> list[int]:
         out = []
@@ -157,10 +202,27 @@ class BracketsFilter(TwoSidedFilter):
             if not (self.any.search(src) or self.any.search(tgt)):
                 out.append(0)
                 continue
-            a, b = self._counts(src), self._counts(tgt)
-            diff = sum(abs(x - y) for x, y in zip(a, b, strict=True))
-            out.append(diff + self._unbalanced(src) + self._unbalanced(tgt))
+            out.append(sum(self._differ(src, tgt, kind, stand_in) for kind, stand_in in self.kinds))
         return out
+
+    def _differ(self, a: str, b: str, kind: tuple[str, str], stand_in: tuple[str, str]) -> int:
+        """Brackets of ``kind`` one side has more than the other, after the optional groups
+        of the side with more and the stand-ins of the side with fewer made up for them."""
+        opens, closes = kind
+        oa, ca = count(a, opens), count(a, closes)
+        ob, cb = count(b, opens), count(b, closes)
+        if oa != ob and ca != cb and (oa > ob) == (ca > cb):
+            if oa < ob:  # a is the side with more
+                a, b, oa, ob, ca, cb = b, a, ob, oa, cb, ca
+            spare = len(groups(b, stand_in))
+            if self.config.optional:
+                spare += optional_groups(a, b, kind)
+            made_up = min(oa - ob, ca - cb, spare)
+            oa, ca = oa - made_up, ca - made_up
+        diff = abs(oa - ob) + abs(ca - cb)
+        if self.config.balanced:
+            diff += unbalanced(a, opens, closes) + unbalanced(b, opens, closes)
+        return diff
 
     def accept(self, score: int) -> bool:
         return score == 0
@@ -169,21 +231,54 @@ class BracketsFilter(TwoSidedFilter):
         return np.asarray(scores, dtype=np.int64) == 0
 
 
-# --- numbers --------------------------------------------------------------------------------
-
-_TO_ASCII = str.maketrans("０１２３４５６７８９，．", "0123456789,.")  # noqa: RUF001
-# A number with thousands separators (groups of exactly three digits), else a plain one; an
-# optional decimal part. ASCII digits only after the full-width ones were translated.
-_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)?", re.ASCII)
+# --- numbers ---------------------------------------------------------------------------------
 
 
-def numbers(text: str, min_digits: int) -> list[str]:
-    """The numbers of ``text`` (full-width digits normalised, thousands separators removed)
-    with at least ``min_digits`` digits, sorted."""
-    found = [n.replace(",", "") for n in _NUMBER.findall(text.translate(_TO_ASCII))]
-    if min_digits > 1:
-        found = [n for n in found if len(n) - n.count(".") >= min_digits]
-    return sorted(found)
+class NumbersConfig(PluginConfig):
+    # Yishu §2.1.1: unaligned Arabic numerals (every number); Xiaomi §2.2.1: mismatched
+    # numbers of three or more digits (min_digits: 3).
+    min_digits: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="shortest number that needs a match, in digits written or of its value "
+        "(3万 has five)",
+    )
+    max_unmatched: int = Field(0, ge=0, le=1000, description="most unmatched numbers kept")
+
+
+class NumbersFilter(TwoSidedFilter):
+    """Numbers written in Arabic digits on one side that the other side lacks, in any
+    notation: ``3万`` matches ``30,000``, ``15亿`` ``1.5 billion``, ``３０`` ``thirty``,
+    ``7月`` ``July`` (the notations: :mod:`mtcore_plugins.filters._numbers`). Score: the
+    numbers of both sides left without a match (each match used once)."""
+
+    name = "numbers"
+    Config = NumbersConfig
+    config: NumbersConfig
+    higher_is_better = False
+
+    def score(self, batch: Sequence[Pair]) -> list[int]:
+        k = self.config.min_digits
+        out = []
+        for src, tgt in batch:
+            if not (has_digits(src) or has_digits(tgt)):  # nothing required on either side
+                out.append(0)
+                continue
+            (need_a, offer_a), (need_b, offer_b) = number_items(src, k), number_items(tgt, k)
+            missing = unmatched_numbers(need_a, offer_b) + unmatched_numbers(need_b, offer_a)
+            if missing:  # number words and month names may match what digits did not
+                offer_a.update(word_values(src))
+                offer_b.update(word_values(tgt))
+                missing = unmatched_numbers(need_a, offer_b) + unmatched_numbers(need_b, offer_a)
+            out.append(missing)
+        return out
+
+    def accept(self, score: int) -> bool:
+        return score <= self.config.max_unmatched
+
+    def accept_block(self, scores: Any) -> np.ndarray:
+        return np.asarray(scores, dtype=np.int64) <= self.config.max_unmatched
 
 
 def unmatched(a: list[str], b: list[str]) -> int:
@@ -194,32 +289,6 @@ def unmatched(a: list[str], b: list[str]) -> int:
     return sum((ca - cb).values()) + sum((cb - ca).values())
 
 
-class NumbersConfig(PluginConfig):
-    # Yishu §2.1.1: unaligned Arabic numerals (every number); Xiaomi §2.2.1: mismatched
-    # numbers of three or more digits (min_digits: 3).
-    min_digits: int = Field(1, ge=1, le=100, description="shortest number compared, in digits")
-    max_unmatched: int = Field(0, ge=0, le=1000, description="most unmatched numbers kept")
-
-
-class NumbersFilter(TwoSidedFilter):
-    """Score: numbers found on one side and not the other (as multisets)."""
-
-    name = "numbers"
-    Config = NumbersConfig
-    config: NumbersConfig
-    higher_is_better = False
-
-    def score(self, batch: Sequence[Pair]) -> list[int]:
-        k = self.config.min_digits
-        return [unmatched(numbers(s, k), numbers(t, k)) for s, t in batch]
-
-    def accept(self, score: int) -> bool:
-        return score <= self.config.max_unmatched
-
-    def accept_block(self, scores: Any) -> np.ndarray:
-        return np.asarray(scores, dtype=np.int64) <= self.config.max_unmatched
-
-
 # --- urls -----------------------------------------------------------------------------------
 
 # URL characters are ASCII (RFC 3986): a URL glued to CJK text ends where the text starts.
@@ -227,7 +296,7 @@ _URL = re.compile(
     r"(?:(?:https?|ftp)://|\bwww\.)[\w\-.~:/?#\[\]@!$&()*+,;=%]+", re.IGNORECASE | re.ASCII
 )
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.ASCII)
-_URL_TAIL = ".,;:!?)]}'\"。、，．：；！？）」』】"  # noqa: RUF001
+_URL_TAIL = ".,;:!?)]}'\"。、，．：；！？）」』】"
 
 
 def canonical_url(url: str) -> str:

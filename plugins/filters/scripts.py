@@ -3,14 +3,20 @@ own scripts, letters outside the allowed scripts, and scripts a side must contai
 
 Only letters count (Unicode category L): digits, punctuation, symbols and spaces are neutral.
 A letter belongs to every script of its Script_Extensions property, so the prolonged sound
-mark ``ー`` is both Hiragana and Katakana and ``々`` is Han. Presets hold the papers' numbers:
+mark ``ー`` is both Hiragana and Katakana and ``々`` is Han. With ``unit: word`` a ratio counts
+every Han, kana, Hangul or Thai letter (a syllable or morpheme) as one unit and every run of
+letters of another script (a word: ``Peter``, ``SIGDial``) as one: a Latin name in a Chinese
+sentence weighs as one character, as the Chinese name would weigh two or three, instead of
+one per letter. Presets hold the papers' numbers:
 
 - ``xiaomi`` (Xiaomi IWSLT20 §2.2.1): Chinese with a Chinese-character ratio below 0.15 or a
   letter other than Chinese or English removed; Japanese with a Japanese-character ratio below
   0.25 or a letter other than Chinese, Japanese or English removed; Japanese without any
   Hiragana or Katakana removed. Other languages: no rule.
 - ``yishu`` (Yishu WMT23 §2.1.1): a non-native character ratio above 0.4 removed, in every
-  language (native ratio at least 0.6).
+  language (native ratio at least 0.6), counted in words: counted in letters it removes 3.8 %
+  of clean WMT21-23 zh-en test pairs, nearly all Chinese lines naming a person, a company or
+  a product in Latin letters (0.2 % in words).
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ Script = Literal[
     "armenian",
 ]
 SCRIPTS: tuple[str, ...] = Script.__args__  # type: ignore[attr-defined]
+SYLLABIC: tuple[str, ...] = ("han", "hiragana", "katakana", "hangul", "thai")
+"""Scripts whose every letter is a unit of ``unit: word`` (no spaces between their words)."""
 FAILED = -1.0
 """The score of a side that breaks a hard rule (a letter outside the allowed scripts, or none
 of a required script)."""
@@ -105,6 +113,11 @@ class ScriptRule(PluginConfig):
         None, description="scripts a letter may belong to (default: any)"
     )
     require: list[Script] = Field([], description="at least one letter of these scripts")
+    unit: Literal["letter", "word"] = Field(
+        "letter",
+        description="what min_ratio counts: letters, or words (a Han, kana, Hangul or Thai "
+        "letter is one, so is a run of letters of another script)",
+    )
 
 
 _PRESETS: dict[str, dict[str, ScriptRule]] = {
@@ -119,7 +132,7 @@ _PRESETS: dict[str, dict[str, ScriptRule]] = {
         ),
     },
     # Yishu §2.1.1: non-native ratio above 0.4 removed; "*" is every language.
-    "yishu": {"*": ScriptRule(min_ratio=0.6)},
+    "yishu": {"*": ScriptRule(min_ratio=0.6, unit="word")},
 }
 
 
@@ -143,14 +156,16 @@ class SideRule:
         self.allowed = mask_of(rule.allowed) if rule.allowed is not None else 0
         self.require = mask_of(rule.require)
         self.min_ratio = rule.min_ratio
+        self.words = rule.unit == "word"
 
     def score(self, column: TextColumn) -> np.ndarray:
         bits_table, letters_table = script_tables()
         codes = column.codes
         letters = letters_table[codes]
         bits = bits_table[codes]
-        total = column.count_in(letters)
-        native = column.count_in(letters & ((bits & self.native) != 0))
+        units = word_units(letters, bits) if self.words else letters
+        total = column.count_in(units)
+        native = column.count_in(units & ((bits & self.native) != 0))
         ratio = np.ones(column.count, dtype=np.float64)
         np.divide(native, total, out=ratio, where=total > 0)
         if self.allowed:
@@ -159,6 +174,14 @@ class SideRule:
         if self.require:
             ratio[column.count_in(letters & ((bits & self.require) != 0)) == 0] = FAILED
         return ratio
+
+
+def word_units(letters: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """The letters that start a unit: every syllabic letter, the first of a run of others."""
+    alphabetic = letters & ((bits & mask_of(SYLLABIC)) == 0)
+    follows = np.zeros_like(alphabetic)
+    follows[1:] = alphabetic[:-1]
+    return letters & ~(alphabetic & follows)
 
 
 def resolve(preset: str, overrides: dict[str, ScriptRule], lang: str) -> ScriptRule:

@@ -172,7 +172,7 @@ def _rank(
         keep_spec = spec.keep_spec
         assert keep_spec is not None
         higher = bool(registry.load("filters", spec.name).higher_is_better)
-        kept = ranked_cut(keys[alive], keep_spec, higher)
+        kept = ranked_cut(keys[alive], keep_spec, higher, len(final))
         final[alive[~kept]] = index
     return np.split(final, np.cumsum(sizes)[:-1]) if sizes else []
 

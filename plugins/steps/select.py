@@ -145,7 +145,7 @@ class SelectStep(Step):
         spec = config.keep_spec()
         if spec is not None:
             alive = np.flatnonzero(keep)
-            ranked = ranked_cut(keys[alive], spec, higher)
+            ranked = ranked_cut(keys[alive], spec, higher, len(keys))
             keep[alive[~ranked]] = False
             ctx.stats.add("dropped.rank", int((~ranked).sum()))
         return keep
