@@ -27,7 +27,6 @@ import argparse
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,7 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "en-ja"
 ENJA = DATA / "odashi+small_parallel_enja"
 TATOEBA = DATA / "Helsinki-NLP+OPUS-MT-testsets" / "testsets" / "eng-jpn"
-PEER_VENV = ROOT / "bench" / ".venv-opusfilter"
 
 OPUSFILTER_CHAIN = [
     {"LengthFilter": {"unit": "char", "min_length": 1, "max_length": 500}},
@@ -113,12 +111,9 @@ def write_corpus(folder: Path, pairs: list[tuple[str, str]], repeat: int) -> dic
 
 
 def run_opusfilter(files: dict[str, Path], work: Path) -> tuple[float, Path]:
-    if not (PEER_VENV / "bin" / "opusfilter").exists():
-        print("installing opusfilter==3.3.1 into", PEER_VENV, flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        subprocess.run(
-            [str(PEER_VENV / "bin" / "pip"), "install", "-q", "opusfilter==3.3.1"], check=True
-        )
+    from _opusfilter import opusfilter_bin
+
+    command = opusfilter_bin()
     out = work / "opusfilter"
     out.mkdir()
     config = {
@@ -138,7 +133,7 @@ def run_opusfilter(files: dict[str, Path], work: Path) -> tuple[float, Path]:
     path.write_text(yaml.safe_dump(config))
     start = time.perf_counter()
     subprocess.run(
-        [str(PEER_VENV / "bin" / "opusfilter"), str(path)],
+        [str(command), str(path)],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
