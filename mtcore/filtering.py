@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from mtcore.errors import PluginError
-from mtcore.plugin import Filter, PluginConfig
+from mtcore.plugin import Filter
+from mtcore.ranking import KeepSpec
 from mtcore.registry import Registry, load_registry
 from mtcore.shards import map_shards, worker_memo
 from mtcore.textblock import BlockReader, RawBlock, TextBlock
@@ -35,53 +36,22 @@ ENGINE_KEYS = ("name", "keep")
 """Keys of a chain entry that belong to the engine, not to the filter's settings."""
 
 
-class KeepSpec(PluginConfig):
-    """Which ranked pairs a chain entry keeps; exactly one of the fields."""
-
-    top_fraction: float | None = Field(
-        None, gt=0, le=1, description="keep this fraction of the pairs, best first"
-    )
-    top_k: int | None = Field(None, ge=1, description="keep this many pairs, best first")
-    percentile: tuple[float, float] | None = Field(
-        None, description="keep pairs whose score lies in this [low, high] percentile band"
-    )
-    fraction_of: Literal["ranked", "input"] = Field(
-        "ranked",
-        description="what top_fraction is a fraction of: the pairs that reach the ranking "
-        "(ranked) or every pair the step read (input; NT5 §3.2 keeps 579M of the 1.2B "
-        "translated sentences, counted before cleaning)",
-    )
-    threshold_too: bool = Field(
-        False,
-        description="first drop the pairs the filter's own threshold rejects, then rank the "
-        "rest (NT5 §3.2: remove similarity above 0.96, rank the others)",
-    )
-
-    @model_validator(mode="after")
-    def _one(self) -> KeepSpec:
-        chosen = [
-            n for n in ("top_fraction", "top_k", "percentile") if getattr(self, n) is not None
-        ]
-        if len(chosen) != 1:
-            raise ValueError("give exactly one of top_fraction, top_k, percentile")
-        if self.fraction_of != "ranked" and self.top_fraction is None:
-            raise ValueError("fraction_of applies to top_fraction only")
-        if self.percentile is not None:
-            low, high = self.percentile
-            if not 0 <= low <= high <= 100:
-                raise ValueError("percentile band must satisfy 0 <= low <= high <= 100")
-        return self
-
-
 @dataclass(frozen=True)
 class FilterSpec:
-    """A filter as a recipe names it: plugin name, its settings, a label for counters and,
-    for a ranked entry, its ``keep`` rule."""
+    """A filter as a recipe names it: plugin name, its settings, a label for counters, for a
+    ranked entry its ``keep`` rule and, once made, its corpus fit's directory (``fitted``)."""
 
     name: str
     config: tuple[tuple[str, Any], ...]
     label: str
     keep: tuple[tuple[str, Any], ...] | None = None
+    fitted: str | None = None
+
+    def configured(self, registry: Registry) -> Filter:
+        """The plugin with its settings, before ``setup`` (which may load models)."""
+        plugin = registry.load("filters", self.name).from_dict(_thaw(dict(self.config)))
+        assert isinstance(plugin, Filter)
+        return plugin
 
     def build(
         self,
@@ -89,10 +59,10 @@ class FilterSpec:
         langs: tuple[str, ...],
         resources: Mapping[str, Path] | None = None,
     ) -> Filter:
-        cls = registry.load("filters", self.name)
-        plugin = cls.from_dict(_thaw(dict(self.config)))
-        assert isinstance(plugin, Filter)
+        plugin = self.configured(registry)
         plugin.setup(langs, resources)
+        if self.fitted is not None:
+            plugin.use_fit(Path(self.fitted))
         return plugin
 
     @property
@@ -326,8 +296,11 @@ def map_chain(
     shard_size: int,
 ) -> Iterator[tuple[RawBlock, ShardResult]]:
     """``fn`` (:func:`chain_task` or :func:`score_task`) over the shards of the corpus
-    ``files`` on the step's executor, resume-safe, in corpus order."""
+    ``files`` on the step's executor, resume-safe, in corpus order, once fitted."""
+    from mtcore.fitting import fit_chain  # builds on this module
+
     resources = chain_resources(ctx.inputs)
+    specs = fit_chain(ctx, files, langs, specs, resources)
     return map_shards(
         ctx.executor,
         fn,
@@ -374,29 +347,3 @@ def _subset(items: Any, chosen: np.ndarray) -> Any:
     if isinstance(items, np.ndarray):
         return items[chosen]
     return [items[i] for i in chosen]
-
-
-def ranked_cut(
-    keys: np.ndarray, spec: KeepSpec, higher_is_better: bool, pairs_in: int | None = None
-) -> np.ndarray:
-    """Which of ``keys`` a ``keep`` rule keeps. Ties at a top-k/fraction boundary are broken
-    by corpus order (earlier pairs first), so the kept count is exact and deterministic.
-    NaN keys (a score that could not be computed) rank last. ``pairs_in`` (the step's input
-    size) is what a ``fraction_of: input`` fraction counts; it defaults to ``len(keys)``."""
-    n = len(keys)
-    keep = np.zeros(n, dtype=bool)
-    if not n:
-        return keep
-    if spec.percentile is not None:
-        finite = keys[~np.isnan(keys)]
-        if not len(finite):
-            return keep
-        low, high = np.percentile(finite, list(spec.percentile))
-        return (keys >= low) & (keys <= high)
-    base = n if spec.fraction_of == "ranked" or pairs_in is None else pairs_in
-    count = spec.top_k if spec.top_k is not None else round(base * (spec.top_fraction or 0))
-    count = min(count, n)
-    order_key = np.where(np.isnan(keys), np.inf, -keys if higher_is_better else keys)
-    order = np.argsort(order_key, kind="stable")
-    keep[order[:count]] = True
-    return keep

@@ -74,16 +74,22 @@ class Filter(Plugin):
     Resources: a filter that needs an artifact another step made (a language model, a
     dev/test set to exclude) names the clean step's input role in its settings; ``setup``
     receives the role -> artifact directory mapping.
+
+    Fitting: a filter whose model is learnt from the data itself (an unsupervised word
+    aligner) asks for a sample of the corpus with ``fit_size``; the engine calls ``fit`` on it
+    once, before any shard is scored, and every scoring process reads the result through
+    ``use_fit``, so a pair's score does not depend on the shard it is scored in.
     """
 
     stateful: ClassVar[bool] = False
     higher_is_better: ClassVar[bool | None] = None
     vectorized: ClassVar[bool] = False
-    batch_dependent: ClassVar[bool] = False
-    """True when a pair's score depends on the other pairs scored with it (an unsupervised word
-    aligner fitted per shard): results are then deterministic for a given shard size only."""
     """True when ``score_block`` is array code that is cheaper on a whole shard than on a
     subset: the engine then scores whole shards and indexes the pairs still alive."""
+    batch_dependent: ClassVar[bool] = False
+    """True when a pair's score depends on the other pairs scored with it. A fitted filter
+    (``fit_size``) may be so only when scored without its fit (called directly): the engine
+    fits it once per corpus, so its scores do not depend on shards."""
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         """Called once per process before the first batch, with the corpus languages."""
@@ -105,6 +111,22 @@ class Filter(Plugin):
         raise NotImplementedError
 
     def accept(self, score: Any) -> bool:
+        raise NotImplementedError
+
+    def fit_size(self) -> int:
+        """Pairs of the corpus that ``fit`` wants to learn from; 0 (the default): none, the
+        filter is not fitted. The engine draws them evenly spaced over the whole corpus and
+        passes on those the earlier filters of the chain keep, whatever the shard size."""
+        return 0
+
+    def fit(self, sample: Sequence[Pair], folder: Path) -> None:
+        """Learns a corpus-level model from ``sample`` and writes it into the empty directory
+        ``folder``. Called once per step, in the driver, before any shard is scored; the same
+        sample must give the same model (a rerun may refit, or reuse a completed fit)."""
+        raise NotImplementedError
+
+    def use_fit(self, folder: Path) -> None:
+        """Reads the model ``fit`` wrote; called after ``setup`` in every process that scores."""
         raise NotImplementedError
 
     def score_block(self, block: Any) -> Any:

@@ -17,15 +17,8 @@ import regex
 from pydantic import ValidationError
 
 from mtcore.errors import DataError, PluginError
-from mtcore.filtering import (
-    KEPT,
-    Chain,
-    KeepSpec,
-    StatefulStage,
-    check_chain,
-    make_specs,
-    ranked_cut,
-)
+from mtcore.filtering import KEPT, Chain, StatefulStage, check_chain, make_specs
+from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.recipe import build_recipe
 from mtcore.runner import Runner
 from mtcore.textblock import BlockReader, TextBlock

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mtcore.filtering import KeepSpec, ranked_cut
+from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.textblock import TextBlock
 from mtcore_plugins.filters import _tokens
 

@@ -3,34 +3,56 @@
 Xiaomi §2.2.2 aligns its rule-filtered corpus with fast_align and discards "sentence pairs
 with the alignment probability of being each other translation less than 0.1"; Yishu §2.1.1
 keeps "the top 80% of sentence pairs based on the alignment score". fast_align is not
-installable here; eflomal is the aligner OpusFilter's ``WordAlignFilter`` uses, and we read its
-scores the same way: the batch is aligned in both directions and eflomal writes, per sentence
-and direction, ``s = -(1/|t|) * sum_j log max_i p(t_j | s_i)`` (its ``-F``/``-R`` files: the
-mean negative log probability of each target token's best link; lower is better, as in
-OpusFilter). With eflomal's scoring model 1 (``score_model``) the factor is IBM-1's lexical
-translation probability, so ``exp(-s)`` is the geometric mean of per-token link probabilities.
-The pair's **alignment probability** is the geometric mean over both directions,
+installable here; eflomal is the aligner OpusFilter's ``WordAlignFilter`` uses.
+
+One model per corpus. Before any shard is scored, the engine hands the filter a sample of the
+corpus (:meth:`AlignmentFilter.fit_size` pairs, default 100,000, evenly spaced over the whole
+corpus, of which those the earlier filters of the chain keep); eflomal aligns the sample once,
+in both directions, and the links become IBM-1 lexical tables (``_lexicon``): how often each
+word was linked to each other word. Every shard is then scored from these fixed tables, as
+eflomal's model-1 scorer reads its own counts, per direction
+``s = -(1/|t|) * sum_j log max_i p(t_j | s_i)`` (the mean negative log probability of each
+target token's best link), and the pair's **alignment probability** is the geometric mean over
+both directions,
 
     p = exp(-(s_forward + s_reverse) / 2)   in (0, 1],
 
 higher is better, compared with ``min_probability`` (0.1, Xiaomi) or ranked (Yishu's top 80 %).
-Scoring with model 2 or 3 adds jump (and fertility) factors: still higher is better, but no
-longer a probability bounded by 1.
-A pair with an empty side, or a side longer than eflomal's 1,023-token limit, cannot be aligned
-and gets 0.
+A pair with an empty side, or a side longer than eflomal's 1,023-token limit, gets 0, and so
+does every pair when the sample held no alignable pair (the manifest's ``fit.<label>.pairs``).
 
-The alignment model is learnt on the batch itself (no priors), so a pair's probability depends
-on the pairs scored with it (the engine's shards: 20,000 pairs by default). Measured on real
-small_parallel_enja pairs, 2,000 per batch: real pairs average 0.05, pairs with shifted targets
-0.012; 20,000 per batch with a tenth shifted: real pairs' median 0.086, 95 % of shifted pairs
-below 0.022, but 57 % of real pairs below Xiaomi's 0.1 (their model learnt from 19M pairs; on a
-small or very varied corpus, rank instead or lower ``min_probability``).
+Why tables and not eflomal per shard: eflomal fits its model on the text it aligns, so a pair's
+score depended on the pairs in its shard (``shard_size``), and Xiaomi's absolute 0.1 meant
+something else at every shard size. Aligning each shard with priors from the sample (what
+OpusFilter's ``WordAlignFilter`` offers) still adds the shard's own counts and a Gibbs run per
+shard; scoring from fixed tables reads nothing but the pair and the tables. Measured on 20,000
+small_parallel_enja training pairs, every tenth with its target shifted by one line, scored at
+2,000- and at 20,000-pair shards:
+
+- eflomal per shard (before): genuine pairs' median 0.039 / 0.088, 13 % / 44 % of them >= 0.1;
+  one pair's score moved by up to 0.39 between the two shard sizes (median 53 %);
+- eflomal per shard with priors from the whole corpus' alignment: 70 % / 66 % >= 0.1, but
+  scores still moved by up to 0.12 (median 10 %), and a shard took longer to align;
+- tables (this filter): median 0.088 and 44 % >= 0.1 at both sizes, every score equal bit for
+  bit (also through the score step on 1 and 2 workers), and within 4e-6 of eflomal's own
+  model-1 scores of the corpus as one batch. Shifted pairs: all below 0.1 (with priors 99.6 %).
+  Scoring took 1.3 s a 20,000-pair shard (eflomal per shard: 9-27 s); the fit 10 s.
+
+A larger sample sharpens the tables: fitted on 50,000 pairs, the same genuine pairs' median is
+0.11 (54 % >= 0.1); on a 5,000-pair sample of the 20,000, 0.046 (19 %). Xiaomi's threshold
+assumes a model of millions of pairs: raise ``sample`` (eflomal's time and the tables' memory
+grow with it), or rank instead. Pairs in the sample have their own links left out of the
+counts (eflomal's scorer does the same with the current link), so sampled and unsampled pairs
+are scored nearly alike (5,000 of 20,000 sampled: medians 0.052 and 0.044).
+
+Called outside the engine (no :meth:`use_fit`), ``score`` fits the tables on the batch itself:
+scores then depend on the batch (``batch_dependent``), as before.
 
 Determinism: eflomal's Gibbs sampler seeds itself from ``/dev/urandom`` and has no seed option,
 so the filter runs a copy of eflomal's binary in which that path is replaced by the name of a
-seed file in the batch's temporary directory (a same-length string constant), with OpenMP on
-one thread (several threads hand the samplers their random streams in a racy order; the engine
-already runs one worker per core). The same batch and ``seed`` then give the same scores.
+seed file in the run's temporary directory (a same-length string constant), with OpenMP on
+one thread (several threads hand the samplers their random streams in a racy order). The same
+sample and ``seed`` then give the same tables, and the same tables the same scores.
 """
 
 from __future__ import annotations
@@ -45,11 +67,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore_plugins.filters._lexicon import Lexicon
 
 MAX_TOKENS = 0x3FF  # eflomal writes longer sentences as empty (MAX_SENT_LEN 0x400)
 URANDOM = b"/dev/urandom\0"
@@ -64,13 +86,15 @@ class AlignmentConfig(PluginConfig):
         le=1,
         description="lowest alignment probability kept (Xiaomi §2.2.2 discards below 0.1)",
     )
+    sample: int = Field(
+        100_000,
+        ge=1,
+        le=10_000_000,
+        description="pairs of the corpus the lexical tables are learnt from, evenly spaced "
+        "over it (the whole corpus when it is smaller)",
+    )
     model: Literal[1, 2, 3] = Field(
         3, description="eflomal alignment model: 1 IBM-1, 2 HMM, 3 HMM + fertility (default)"
-    )
-    score_model: Literal[1, 2, 3] = Field(
-        1,
-        description="eflomal model for the sentence scores; 1 makes each factor a lexical "
-        "translation probability, so the score is a probability",
     )
     samplers: int = Field(3, ge=1, le=64, description="independent Gibbs samplers (eflomal: 3)")
     rel_iterations: float = Field(
@@ -134,8 +158,10 @@ class AlignmentFilter(Filter):
 
     name = "alignment"
     Config = AlignmentConfig
+    config: AlignmentConfig
     higher_is_better = True
-    batch_dependent = True  # eflomal fits its model on the batch it aligns
+    batch_dependent = True  # only when scored without a corpus fit: it then fits on the batch
+    lexicon: Lexicon | None = None
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         super().setup(langs, resources)
@@ -144,33 +170,48 @@ class AlignmentFilter(Filter):
                 f"filter 'alignment' aligns two sides; the corpus has {len(langs)}: {list(langs)}"
             )
 
+    def fit_size(self) -> int:
+        return self.config.sample
+
+    def fit(self, sample: Sequence[Pair], folder: Path) -> None:
+        self._learn(*self._sides(sample)).save(folder)
+
+    def use_fit(self, folder: Path) -> None:
+        self.lexicon = Lexicon.load(folder)
+
     def score(self, batch: Sequence[Pair]) -> list[float]:
         if not batch:
             return []
-        source = tokenized([pair[0] for pair in batch], self.langs[0])
-        target = tokenized([pair[1] for pair in batch], self.langs[1])
-        rows = [
-            i
-            for i, (s, t) in enumerate(zip(source, target, strict=True))
-            if 0 < len(s) <= MAX_TOKENS and 0 < len(t) <= MAX_TOKENS
+        source, target = self._sides(batch)
+        lexicon = self.lexicon or self._learn(source, target)
+        if not lexicon.vocab[0]:  # learnt from no pair: nothing vouches for any link
+            return [0.0] * len(batch)
+        return [
+            lexicon.probability(s, t) if _alignable(s, t) else 0.0
+            for s, t in zip(source, target, strict=True)
         ]
-        probability = np.zeros(len(batch))
-        if rows:
-            forward, reverse = self._align([source[i] for i in rows], [target[i] for i in rows])
-            probability[rows] = np.exp(-(forward + reverse) / 2)
-        return [float(p) for p in probability]
 
     def accept(self, score: float) -> bool:
-        config = self.config
-        assert isinstance(config, AlignmentConfig)
-        return bool(score >= config.min_probability)
+        return bool(score >= self.config.min_probability)
+
+    def _sides(self, pairs: Sequence[Pair]) -> tuple[list[list[str]], list[list[str]]]:
+        return (
+            tokenized([pair[0] for pair in pairs], self.langs[0]),
+            tokenized([pair[1] for pair in pairs], self.langs[1]),
+        )
+
+    def _learn(self, source: list[list[str]], target: list[list[str]]) -> Lexicon:
+        """Aligns the alignable pairs with eflomal and counts their links."""
+        rows = [i for i, (s, t) in enumerate(zip(source, target, strict=True)) if _alignable(s, t)]
+        source, target = [source[i] for i in rows], [target[i] for i in rows]
+        forward, reverse = self._align(source, target) if rows else ([], [])
+        return Lexicon.learn(source, target, forward, reverse)
 
     def _align(
         self, source: list[list[str]], target: list[list[str]]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """eflomal's forward and reverse sentence scores, in a temporary directory."""
+    ) -> tuple[list[str], list[str]]:
+        """eflomal's forward and reverse links (Moses ``i-j`` lines), in a temporary directory."""
         config = self.config
-        assert isinstance(config, AlignmentConfig)
         with tempfile.TemporaryDirectory(prefix="mtcore-eflomal-") as name:
             work = Path(name)
             binary = work / "eflomal"
@@ -181,14 +222,12 @@ class AlignmentFilter(Filter):
             (work / SEED_FILE.rstrip(b"\0").decode()).write_bytes(struct.pack("<Q", seed))
             write_eflomal_text(work / "source", source)
             write_eflomal_text(work / "target", target)
-            cmd = [str(binary), "-m", str(config.model), "-M", str(config.score_model)]
-            cmd += ["-s", "source", "-t", "target", "-F", "forward", "-R", "reverse", "-q"]
+            cmd = [str(binary), "-m", str(config.model), "-s", "source", "-t", "target"]
+            cmd += ["-f", "forward", "-r", "reverse", "-q"]
             cmd += ["-n", str(config.samplers), "-N", str(config.null_prior)]
             cmd += iterations(config.model, len(source), config.rel_iterations)
             self._run(cmd, work)
-            return self._scores(work / "forward", len(source)), self._scores(
-                work / "reverse", len(source)
-            )
+            return _lines(work / "forward", len(source)), _lines(work / "reverse", len(source))
 
     @staticmethod
     def _run(cmd: list[str], work: Path) -> None:
@@ -206,12 +245,16 @@ class AlignmentFilter(Filter):
                 f"{done.stderr.strip()[-2000:]}"
             )
 
-    @staticmethod
-    def _scores(path: Path, expected: int) -> np.ndarray:
-        values = np.array([float(v) for v in path.read_text().split()], dtype=np.float64)
-        if len(values) != expected:
-            raise PluginError(
-                f"filter 'alignment': eflomal wrote {len(values)} scores to {path.name} for "
-                f"{expected} pairs"
-            )
-        return values
+
+def _alignable(source: Sequence[str], target: Sequence[str]) -> bool:
+    return 0 < len(source) <= MAX_TOKENS and 0 < len(target) <= MAX_TOKENS
+
+
+def _lines(path: Path, expected: int) -> list[str]:
+    lines = path.read_text().split("\n")[:expected]
+    if len(lines) != expected:
+        raise PluginError(
+            f"filter 'alignment': eflomal wrote {len(lines)} link lines to {path.name} for "
+            f"{expected} pairs"
+        )
+    return lines

@@ -27,9 +27,9 @@ from mtcore.filtering import (
     check_chain,
     make_specs,
     map_chain,
-    ranked_cut,
 )
 from mtcore.plugin import PluginConfig, components
+from mtcore.ranking import ranked_cut
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext

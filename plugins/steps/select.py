@@ -1,7 +1,7 @@
 """Selects pairs of a corpus by the scores a ``score`` step wrote for it: a threshold, a top k,
 a top fraction or a percentile band over one score column or a weighted sum of columns.
 
-The cut is :func:`mtcore.filtering.ranked_cut`, the one the clean step's ``keep`` rules use:
+The cut is :func:`mtcore.ranking.ranked_cut`, the one the clean step's ``keep`` rules use:
 ties at a top-k/fraction boundary go to the earlier pair, so counts are exact; a NaN score
 (a pair a scorer could not score) fails every threshold and ranks last. Kept pairs are written
 in corpus order, their bytes cut out of the input files unchanged.
@@ -20,8 +20,8 @@ from pydantic import Field, model_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError
-from mtcore.filtering import KeepSpec, ranked_cut
 from mtcore.plugin import PluginConfig
+from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.step import Step, StepContext, write_artifact_meta
 from mtcore.textblock import BlockReader
 from mtcore_plugins.steps.score import SCORES_FILE, read_scores

@@ -36,8 +36,8 @@ from pydantic import Field, model_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError
-from mtcore.filtering import KeepSpec, ranked_cut
 from mtcore.plugin import PluginConfig
+from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.shards import map_shards
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
