@@ -14,6 +14,10 @@ import click
 from pydantic import ValidationError
 
 from mtcore import __version__
+from mtcore.cli_common import default_workdir as _workdir
+from mtcore.cli_common import load as _load
+from mtcore.cli_common import recipe_options as _recipe_options
+from mtcore.cli_translate import export, translate
 from mtcore.errors import MtcoreError
 from mtcore.registry import KINDS, load_registry
 
@@ -42,6 +46,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
     _console_logging(debug)
 
 
+cli.add_command(translate)
+cli.add_command(export)
+
+
 def _console_logging(debug: bool) -> None:
     """Warnings (everything with --debug) to stderr; the run log in the workdir gets INFO."""
     logger = logging.getLogger("mtcore")
@@ -53,35 +61,6 @@ def _console_logging(debug: bool) -> None:
     handler.setLevel(logging.DEBUG if debug else logging.WARNING)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
-
-
-def _recipe_options(f: Any) -> Any:
-    f = click.option(
-        "--set",
-        "sets",
-        multiple=True,
-        metavar="KEY.PATH=VALUE",
-        help="Override a recipe value (repeatable).",
-    )(f)
-    f = click.option(
-        "--profile", "-p", default=None, help="Profile to apply (default: the recipe's)."
-    )(f)
-    return click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))(f)
-
-
-def _load(recipe_path: Path, profile: str | None, sets: tuple[str, ...]) -> tuple[Any, Any, Any]:
-    from mtcore.hooks import make_plugin_manager
-    from mtcore.recipe import load_recipe
-
-    registry = load_registry()
-    recipe = load_recipe(recipe_path, registry, profile, list(sets))
-    hooks = make_plugin_manager()
-    hooks.hook.mtcore_recipe_loaded(recipe=recipe)
-    return registry, recipe, hooks
-
-
-def _workdir(recipe: Any, workdir: Path | None) -> Path:
-    return workdir if workdir is not None else Path("work") / recipe.name
 
 
 @cli.command()

@@ -99,6 +99,11 @@ class Step(Plugin):
     inputs: ClassVar[dict[str, bool]] = {}
     outputs: ClassVar[tuple[str, ...]] = ("out",)
     trains: ClassVar[bool] = False  # trains a model: comparisons report its seconds as training
+    streams: ClassVar[tuple[str, ...]] = ()
+    """Input roles whose lines the default output keeps one for one, in order (the corpus a
+    step translates, normalizes, truecases or reranks). ``mtcore translate`` replays the steps
+    that lead from a test set to a stage's output through these roles on new text; every other
+    input is a finished artifact of the run (a model, a vocabulary, tuned weights)."""
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         """Validate nested plugin references in the config; returns (location, message) pairs."""
@@ -119,6 +124,13 @@ class Step(Plugin):
 
     def run(self, ctx: StepContext) -> None:
         raise NotImplementedError
+
+    def for_new_text(self, finished: Path) -> tuple[Step, tuple[str, ...]]:
+        """This step as ``mtcore translate`` replays it on new text, given its output directory
+        in the finished run. A step that learns from other inputs on the way (rerank: weights
+        tuned on a dev n-best) returns a copy that applies what it learned, and the input roles
+        the copy no longer reads; by default the step itself, reading every input."""
+        return self, ()
 
 
 def config_dict(config: PluginConfig) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +118,9 @@ def test_smoke_profile_runs_end_to_end(registry, path, tmp_path):
     run_recipe(path, work, "smoke")
     evals = check_stages(registry, path, work, "smoke")
     check_stage_significance(path, work, evals, ["-p", "smoke"])
+    check_translate(registry, path, work, "smoke", SMOKE_TRANSLATE.get(path.stem, []))
+    if path.stem == "nt5":
+        check_export(path, work, "smoke", tmp_path)
 
 
 @pytest.mark.slow
@@ -135,6 +139,58 @@ def test_default_profile_runs_end_to_end(registry, path, tmp_path):
         lines = hypothesis_lines(hyp_dir, output)
         assert sum(bool(line.strip()) for line in lines) > 0.25 * len(lines) > 0, step_id
     check_stage_significance(path, work, evals)
+    check_translate(registry, path, work, None, DEFAULT_TRANSLATE[path.stem])
+
+
+SMOKE_TRANSLATE = {"nt5": [("enja", "rerank"), ("jaen", "baseline")], "xiaomi": [("jazh", None)]}
+"""(direction, stage; None: the last) that the fast tier translates again with ``mtcore
+translate`` (NT5's rerank path replays translate, rerank with the tuned weights and post)."""
+DEFAULT_TRANSLATE: dict[str, list[tuple[str, str | None]]] = {
+    "nt5": [("enja", "*"), ("jaen", "*")],
+    "xiaomi": [("zhja", "*"), ("jazh", None)],
+    "yishu": [("zhen", None)],
+    "hwtsc": [("uken", None)],
+}
+"""The slow tier: every stage ("*") of NT5 both ways and of Xiaomi one way, the last stage of
+the others."""
+
+
+def check_translate(
+    registry, path: Path, work: Path, profile: str | None, wanted: list[tuple[str, str | None]]
+) -> None:
+    """``mtcore translate`` of the run's own test source gives the run's own output at each
+    stage asked for, byte for byte: through the Python API, and for the first one through the
+    command line with the source on stdin."""
+    from mtcore.inference import Translator, stages
+
+    recipe = build_recipe(read_yaml(path), registry, profile=profile, source=str(path))
+    chosen = [
+        (found.direction, found.name)
+        for direction, stage in wanted
+        for found in stages(recipe)
+        if found.direction == direction and stage in ("*", found.name)
+    ] + [(direction, None) for direction, stage in wanted if stage is None]
+    for number, (direction, stage) in enumerate(chosen):
+        system = Translator.from_run(recipe, registry, work, direction, stage)
+        assert system.test is not None
+        (hyp_dir,) = work.glob(f"steps/{system.stage.hyp[0]}-*")
+        expected = (hyp_dir / system.stage.hyp[1]).glob("*.*")
+        (expected_file,) = [p for p in expected if p.suffix != ".json"]
+        source_file = system.test.file(system.source)
+        if number == 0:
+            command = [sys.executable, "-m", "mtcore.cli_entry", "translate", str(path)]
+            command += ["-w", str(work), "-d", direction, *(["-s", stage] if stage else [])]
+            command += ["-p", profile] if profile else []
+            with open(source_file, "rb") as stdin:
+                done = subprocess.run(command, stdin=stdin, capture_output=True)
+            assert done.returncode == 0, done.stderr.decode()[-3000:]
+            assert done.stdout == expected_file.read_bytes(), (direction, stage)
+        else:
+            lines = source_file.read_text(encoding="utf-8").split("\n")[:-1]
+            got = system.translate(lines)
+            assert "".join(line + "\n" for line in got) == expected_file.read_text(
+                encoding="utf-8"
+            ), (direction, stage)
 
 
 def check_stage_significance(
@@ -178,3 +234,29 @@ def hypothesis_lines(step_dir: Path, output: str) -> list[str]:
     (lang,) = corpora[0].langs
     (text,) = corpora[0].path.glob(f"*.{lang}")
     return text.read_text(encoding="utf-8").splitlines()
+
+
+def check_export(path: Path, work: Path, profile: str, tmp_path: Path) -> None:
+    """``mtcore export`` of the last en-ja stage, copied elsewhere with the workdir deleted,
+    translates the test source as the run did."""
+    from mtcore.export import SYSTEM_FILE
+
+    cli = [sys.executable, "-m", "mtcore.cli_entry"]
+    exported = tmp_path / "exported"
+    command = [*cli, "export", str(path), "-p", profile, "-w", str(work), "-d", "en-ja"]
+    done = subprocess.run([*command, "-o", str(exported)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = json.loads((exported / SYSTEM_FILE).read_text())
+    assert info["stage"]["name"] == "rerank" and "BLEU" in info["scores"]
+    assert "signature" in json.dumps(info["scores"]).lower()
+    (source_file,) = work.glob("steps/test-*/corpus/corpus.en")
+    (expected_file,) = work.glob("steps/post_rerank_enja-*/corpus/hyp.ja")
+    source, expected = source_file.read_bytes(), expected_file.read_bytes()
+    moved = tmp_path / "elsewhere" / "system"
+    shutil.copytree(exported, moved)
+    shutil.rmtree(exported)
+    shutil.rmtree(work)
+    done = subprocess.run([*cli, "translate", "--system", str(moved)], input=source,
+                          capture_output=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout == expected

@@ -132,6 +132,7 @@ class AugmentStep(Step):
     config: AugmentConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+    streams: ClassVar[tuple[str, ...]] = ("corpus",)
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         return check_components(registry, "augmenters", list(self.config.augmenters), "augmenters")

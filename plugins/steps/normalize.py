@@ -230,6 +230,7 @@ class NormalizeStep(Step):
     config: NormalizeConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+    streams: ClassVar[tuple[str, ...]] = ("corpus",)
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         entries = list(self.config.processors)

@@ -87,6 +87,7 @@ class RerankStep(Step):
         "*": False,
     }
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest", "weights")
+    streams: ClassVar[tuple[str, ...]] = ("nbest",)
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         problems = check_components(
@@ -144,6 +145,15 @@ class RerankStep(Step):
         (weights_dir / "weights.json").write_text(json.dumps(report, indent=2) + "\n")
         write_artifact_meta(weights_dir, type="rerank-weights", weights=weights, src=src, tgt=tgt)
         ctx.metrics["weights"] = weights
+
+    def for_new_text(self, finished: Path) -> tuple[Step, tuple[str, ...]]:
+        """The run's tuned weights, fixed: new text is reranked as the test set was, without
+        tuning again on the dev n-best."""
+        if self.config.weights is not None:
+            return self, ()
+        report = json.loads((finished / "weights" / "weights.json").read_text())
+        settings = {**self.config.model_dump(mode="json"), "weights": report["weights"]}
+        return RerankStep.from_dict(settings), ("dev_nbest", "dev_ref")
 
     def _dev_inputs(self, ctx: StepContext, src: str, tgt: str) -> tuple[Path, list[str]] | None:
         has = [role for role in ("dev_nbest", "dev_ref") if role in ctx.inputs]

@@ -151,6 +151,7 @@ class TranslateStep(Step):
         **{role: False for role in MODEL_ROLES[1:]},
     }
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest")
+    streams: ClassVar[tuple[str, ...]] = ("corpus",)
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]

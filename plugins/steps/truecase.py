@@ -348,6 +348,7 @@ class TruecaseStep(Step):
     config: TruecaseConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "model": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+    streams: ClassVar[tuple[str, ...]] = ("corpus",)
 
     def run(self, ctx: StepContext) -> None:
         source = Corpus.open(ctx.inputs["corpus"].path)
