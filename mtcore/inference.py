@@ -19,7 +19,6 @@ that the policy would drop is an error, so output line ``i`` is always input lin
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from mtcore.plan import PlannedStep, make_plan, step_dir, topological_order
 from mtcore.recipe import Recipe, split_reference
 from mtcore.registry import Registry
 from mtcore.report import STAGE_STEP
-from mtcore.runner import is_complete
+from mtcore.runner import is_complete, run_plugin
 from mtcore.stats import Stats
 from mtcore.step import Artifact, StepContext, config_dict
 
@@ -295,16 +294,7 @@ class Translator:
             log=logging.getLogger(f"mtcore.translate.{replay.id}"),
             show_progress=self.show_progress,
         )
-        try:
-            replay.plugin.run(ctx)
-        except MtcoreError:
-            raise
-        except Exception as exc:
-            raise StepError(
-                f"step {replay.id!r} ({replay.kind}) failed on the new text: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        shutil.rmtree(work / ".scratch", ignore_errors=True)
+        run_plugin(replay.plugin, ctx, " on the new text")
         return work
 
     def translate_file(

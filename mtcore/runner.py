@@ -121,6 +121,20 @@ def make_executor(recipe: Recipe, registry: Registry) -> Executor:
     return executor
 
 
+def run_plugin(plugin: Any, ctx: StepContext, on: str = "") -> None:
+    """``plugin.run(ctx)``, an unexpected exception turned into a StepError naming the step,
+    then the step's scratch directory removed."""
+    try:
+        plugin.run(ctx)
+    except MtcoreError:
+        raise
+    except Exception as exc:
+        raise StepError(
+            f"step {ctx.step_id!r} ({ctx.kind}) failed{on}: {type(exc).__name__}: {exc}"
+        ) from exc
+    shutil.rmtree(ctx.work / ".scratch", ignore_errors=True)
+
+
 class Runner:
     """Runs one recipe in one workdir. ``hooks`` is a pluggy manager (lifecycle events)."""
 
@@ -232,16 +246,8 @@ class Runner:
                 step_id=planned.id, kind=planned.spec.kind, step_hash=planned.hash
             )
         started = time.time()
-        try:
-            planned.spec.plugin.run(ctx)
-        except MtcoreError:
-            raise
-        except Exception as exc:
-            raise StepError(
-                f"step {planned.id!r} ({planned.spec.kind}) failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        run_plugin(planned.spec.plugin, ctx)
         seconds = time.time() - started
-        shutil.rmtree(work / ".scratch", ignore_errors=True)
         manifest = {
             "id": planned.id,
             "kind": planned.spec.kind,
