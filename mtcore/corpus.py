@@ -9,15 +9,17 @@ fairseq-preprocess see two lines where there is one and misalign the corpus.
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
 
 from pydantic import Field
 
+from mtcore.archives import CORRUPT, Member, open_compressed
 from mtcore.errors import DataError
+from mtcore.hashing import HASHED_WHEN_SET
 from mtcore.plugin import Pair, PluginConfig
 from mtcore.stats import Stats
 from mtcore.step import write_artifact_meta
@@ -25,6 +27,7 @@ from mtcore.step import write_artifact_meta
 BOM = "\ufeff"
 # Characters some reader treats as a line end (Python's universal newlines, str.splitlines).
 INNER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+Input = Path | Member  # a file on disk, or a member of an archive
 
 
 class InputPolicy(PluginConfig):
@@ -50,36 +53,60 @@ class InputPolicy(PluginConfig):
         1 << 20, ge=16, le=1 << 30, description="longest line accepted, in bytes"
     )
     too_long: Literal["error", "drop"] = Field("error", description="a line over max_line_bytes")
+    field_count: Literal["error", "drop"] = Field(
+        "error",
+        description="a line of a tab-separated (or separator-split) file with another number of "
+        "fields than the file's first line (a tab inside a segment)",
+        json_schema_extra=HASHED_WHEN_SET,
+    )
 
 
 STRICT = InputPolicy()
 
 
-def open_binary(path: Path) -> IO[bytes]:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+def open_binary(path: Path) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """A plain file, or the text of a ``.gz`` or ``.xz`` file."""
+    return open_compressed(path)
+
+
+def open_input(source: Input) -> contextlib.AbstractContextManager[IO[bytes]]:
+    return source.open() if isinstance(source, Member) else open_binary(source)
 
 
 class LineReader:
-    """Yields ``(line_number, text | None)``; ``None`` means the policy dropped this line."""
+    """Yields ``(line_number, text | None)``; ``None`` means the policy dropped this line.
 
-    def __init__(self, path: Path, policy: InputPolicy, stats: Stats) -> None:
+    ``path`` is a file (plain, ``.gz``, ``.xz``) or an archive member. With ``select``, only
+    the lines whose raw bytes it accepts are decoded and yielded (the numbers stay file line
+    numbers): how the ``.sgm`` reader takes the ``<seg>`` lines. A stream that ends early or
+    is corrupt (a truncated download) is an error naming the file and the line reached."""
+
+    def __init__(
+        self,
+        path: Input,
+        policy: InputPolicy,
+        stats: Stats,
+        select: Callable[[bytes], bool] | None = None,
+    ) -> None:
         self.path = path
         self.policy = policy
         self.stats = stats
+        self.select = select
 
     def __iter__(self) -> Iterator[tuple[int, str | None]]:
         limit = self.policy.max_line_bytes
-        with open_binary(self.path) as handle:
+        with open_input(self.path) as handle:
             number = 0
             while True:
-                raw = handle.readline(limit + 2)
+                raw = self._readline(handle, limit + 2, number)
                 if not raw:
                     return
                 number += 1
+                if self.select is not None and not self.select(raw[:256].lstrip()):
+                    self._skip_rest(handle, raw, number)
+                    continue
                 if len(raw) > limit + 1 or (len(raw) == limit + 2 and not raw.endswith(b"\n")):
-                    self._skip_rest(handle, raw)
+                    self._skip_rest(handle, raw, number)
                     yield (
                         number,
                         self._rule(
@@ -92,10 +119,19 @@ class LineReader:
                     continue
                 yield number, self._decode(raw, number)
 
-    @staticmethod
-    def _skip_rest(handle: IO[bytes], raw: bytes) -> None:
+    def _readline(self, handle: IO[bytes], size: int, number: int) -> bytes:
+        try:
+            return handle.readline(size)
+        except CORRUPT as exc:
+            raise DataError(
+                f"{self.path}:{number + 1}: cannot be read after line {number}, the file is "
+                f"truncated or corrupt ({type(exc).__name__}: {exc}); delete it and fetch it "
+                "again"
+            ) from exc
+
+    def _skip_rest(self, handle: IO[bytes], raw: bytes, number: int) -> None:
         while not raw.endswith(b"\n"):
-            raw = handle.readline(1 << 20)
+            raw = self._readline(handle, 1 << 20, number)
             if not raw:
                 return
 
@@ -156,11 +192,25 @@ class LineReader:
         raise DataError(f"{self.path}:{number}: {message}")
 
 
-def read_parallel(paths: list[Path], policy: InputPolicy, stats: Stats) -> Iterator[Pair]:
+def read_parallel(paths: Sequence[Input], policy: InputPolicy, stats: Stats) -> Iterator[Pair]:
     """Zip line-aligned files; a length mismatch is an error naming the shorter file."""
-    readers = [iter(LineReader(p, policy, stats)) for p in paths]
+    readers = [LineReader(p, policy, stats) for p in paths]
+    return zip_aligned(readers, paths, policy, stats, "lines")
+
+
+def zip_aligned(
+    readers: Sequence[Iterable[tuple[int, str | None]]],
+    paths: Sequence[Input],
+    policy: InputPolicy,
+    stats: Stats,
+    unit: str,
+) -> Iterator[Pair]:
+    """Pairs of the i-th item of each reader (a line, an ``.sgm`` segment); one reader ending
+    before the others is an error naming both files."""
+    iterators = [iter(r) for r in readers]
+    count = 0
     while True:
-        rows = [next(r, None) for r in readers]
+        rows = [next(r, None) for r in iterators]
         ended = [row is None for row in rows]
         if all(ended):
             return
@@ -168,10 +218,12 @@ def read_parallel(paths: list[Path], policy: InputPolicy, stats: Stats) -> Itera
             short = paths[ended.index(True)]
             long_ = paths[ended.index(False)]
             number = next(row[0] for row in rows if row is not None)
+            where = f"line {number}" if unit == "lines" else f"{long_}:{number}"
             raise DataError(
-                f"{short} has {number - 1} lines but {long_} has more (line {number} has no "
-                "partner): the files of a parallel corpus must have equal line counts"
+                f"{short} has {count} {unit} but {long_} has more ({where} has no "
+                f"partner): the files of a parallel corpus must have equal {unit[:-1]} counts"
             )
+        count += 1
         texts = [row[1] for row in rows if row is not None]
         number = rows[0][0] if rows[0] is not None else 0
         if any(t is None for t in texts):
@@ -190,28 +242,45 @@ def read_parallel(paths: list[Path], policy: InputPolicy, stats: Stats) -> Itera
 
 
 def read_tsv(
-    path: Path, columns: list[int], policy: InputPolicy, stats: Stats, separator: str = "\t"
+    path: Input, columns: list[int], policy: InputPolicy, stats: Stats, separator: str = "\t"
 ) -> Iterator[Pair]:
     """Columns of a file whose fields are split by ``separator`` (a tab, or e.g. ``" ||| "`` for
-    fast_align/Moses-style pair files); a line with too few columns is an error."""
+    fast_align/Moses-style pair files). The first non-blank line sets the file's field count:
+    too few for ``columns`` is an error; another line with a different count (a tab inside a
+    segment shifts every column after it) is the ``field_count`` rule of the policy."""
     need = max(columns) + 1
     shown = "tab" if separator == "\t" else repr(separator)
+    expected: tuple[int, int] | None = None  # (line number, field count) of the first line
     for number, text in LineReader(path, policy, stats):
         if text is None:
             stats.add("input.pairs_dropped")
             continue
         fields = text.split(separator)
-        if len(fields) < need:
-            if not text.strip() and policy.empty != "error":
-                if policy.empty == "drop":
-                    stats.add("input.empty_dropped")
-                    continue
-                fields = [""] * need
-            else:
+        if not text.strip() and len(fields) < need and policy.empty != "error":
+            if policy.empty == "drop":
+                stats.add("input.empty_dropped")
+                continue
+            fields = [""] * need
+        elif expected is None:
+            expected = (number, len(fields))
+            if len(fields) < need:
                 raise DataError(
                     f"{path}:{number}: expected at least {need} {shown}-separated columns, "
                     f"found {len(fields)}"
                 )
+        elif len(fields) != expected[1]:
+            if policy.field_count == "drop":
+                stats.add("input.field_count_dropped")
+                continue
+            problem = (
+                f"expected at least {need} {shown}-separated columns, found {len(fields)}"
+                if len(fields) < need
+                else f"{len(fields)} {shown}-separated fields (a {shown} inside a segment?)"
+            )
+            raise DataError(
+                f"{path}:{number}: {problem}, but line {expected[0]} has {expected[1]}; fix the "
+                "file or set input.field_count: drop"
+            )
         pair = tuple(fields[c] for c in columns)
         if any(not t.strip() for t in pair):
             if policy.empty == "error":

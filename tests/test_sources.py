@@ -678,8 +678,8 @@ URL_BAD_CONFIGS = [
     ({"tsv": {"url": "http://127.0.0.1/b"}}, "give both"),
     # unknown compression
     (
-        {"files": {"en": {"url": "http://127.0.0.1/a", "compression": "xz"}}},
-        "'auto', 'none' or 'gz'",
+        {"files": {"en": {"url": "http://127.0.0.1/a", "compression": "bz2"}}},
+        "'auto', 'none', 'gz' or 'xz'",
     ),
 ]
 

@@ -1,16 +1,23 @@
-"""Line-aligned corpus files on local disk: one file per language, or one tab-separated file.
+"""Corpus files on local disk: one file per language, a tab-separated file, a WMT test set
+(``.sgm`` per language, or one XML file), or members of a tar or zip archive.
 
-Three equivalent ways to name the files (exactly one per source)::
+The ways to name the files (exactly one per source)::
 
     files: {en: data/train.en, ja: data/train.ja.gz}   # dict order is column order
     dir: data, prefix: train, langs: [en, ja]          # data/train.en, data/train.ja
     tsv: data/train.tsv, columns: {en: 0, ja: 1}       # 0-based tab-separated columns
+    xml: wmttest2022.en-ja.xml, langs: [en, ja]        # WMT21+ XML (src en, ref ja)
+    archive: kftt-data-1.0.tar.gz                      # members of a tar/zip archive:
+      member: {en: "*/orig/kyoto-train.en", ja: "*/orig/kyoto-train.ja"}
+    archive: en-ja.tar.gz, member: "*/en-ja.bicleaner05.txt", columns: {en: 3, ja: 4}
 
 ``separator`` (with ``tsv``) splits the fields on another string, e.g. ``" ||| "`` for the
-``source ||| target`` files of fast_align, Moses and the Microtopia corpus.
+``source ||| target`` files of fast_align, Moses and the Microtopia corpus. ``format: sgm``
+(automatic for names ending in ``.sgm``) reads WMT ``<seg>`` files; see :mod:`mtcore.formats`
+and :mod:`mtcore.archives`.
 
-A path ending in ``.gz`` is read through gzip. Relative paths are resolved against the current
-directory when the source is read (and fingerprinted), not when the recipe is loaded.
+A path ending in ``.gz`` or ``.xz`` is decompressed. Relative paths are resolved against the
+current directory when the source is read (and fingerprinted), not when the recipe is loaded.
 """
 
 from __future__ import annotations
@@ -22,10 +29,23 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints, model_validator
 
-from mtcore.corpus import read_parallel, read_tsv
+from mtcore.corpus import Input
 from mtcore.errors import DataError
-from mtcore.hashing import content_hash
+from mtcore.hashing import HASHED_WHEN_SET, content_hash
 from mtcore.plugin import Pair, PluginConfig, Source
+from mtcore_plugins.sources._layout import (
+    FORMAT_FIELD,
+    MEMBER_FIELD,
+    TRANSLATOR_FIELD,
+    Format,
+    Pattern,
+    archive_members,
+    check_archive_form,
+    check_companions,
+    check_unique,
+    langs_of,
+    read_layout,
+)
 
 # A language becomes a file suffix (corpus.<lang>): no dots, slashes or spaces.
 LangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
@@ -58,7 +78,7 @@ def content_fingerprint(paths: list[Path]) -> str:
 
 
 class LocalSource(Source):
-    """Reads line-aligned plain or gzip files through the input policy (monolingual: one lang)."""
+    """Reads corpus files or archive members through the input policy (monolingual: one lang)."""
 
     name = "local"
 
@@ -67,7 +87,8 @@ class LocalSource(Source):
             None,
             min_length=1,
             max_length=64,
-            description="language -> path of a line-aligned plain or .gz file; order = columns",
+            description="language -> path of a line-aligned plain, .gz, .xz or .sgm file; "
+            "order = columns",
         )
         dir: PathText | None = Field(
             None, description="directory of <prefix>.<lang> files (with prefix and langs)"
@@ -79,7 +100,10 @@ class LocalSource(Source):
             description="file name before .<lang> in dir (a .gz file is used if no plain one)",
         )
         langs: list[LangCode] | None = Field(
-            None, min_length=1, max_length=64, description="languages in column order (with dir)"
+            None,
+            min_length=1,
+            max_length=64,
+            description="languages in column order (with dir, xml or one WMT XML member)",
         )
         tsv: PathText | None = Field(
             None, description="path of a tab-separated plain or .gz file (with columns)"
@@ -88,50 +112,77 @@ class LocalSource(Source):
             None,
             min_length=1,
             max_length=64,
-            description="language -> 0-based column of tsv; order = columns",
+            description="language -> 0-based column of tsv or the TSV member; order = columns",
         )
         separator: str = Field(
             "\t", min_length=1, max_length=16, description="field separator of tsv (' ||| ', ...)"
         )
+        xml: PathText | None = Field(
+            None,
+            description="path of a WMT XML test set (with langs: the src and ref languages)",
+            json_schema_extra=HASHED_WHEN_SET,
+        )
+        archive: PathText | None = Field(
+            None,
+            description="path of a tar (.tar, .tar.gz/.tgz, .tar.xz) or zip archive (with member)",
+            json_schema_extra=HASHED_WHEN_SET,
+        )
+        member: dict[LangCode, Pattern] | Pattern | None = MEMBER_FIELD
+        format: Format = FORMAT_FIELD
+        translator: str | None = TRANSLATOR_FIELD
 
         @model_validator(mode="after")
         def _one_form(self) -> LocalSource.Config:
             forms = {
-                "files": [self.files],
-                "dir + prefix + langs": [self.dir, self.prefix, self.langs],
-                "tsv + columns": [self.tsv, self.columns],
+                "files": self.files is not None,
+                "dir + prefix + langs": self.dir is not None or self.prefix is not None,
+                "tsv + columns": self.tsv is not None,
+                "xml + langs": self.xml is not None,
+                "archive + member": self.archive is not None,
             }
-            given = [name for name, values in forms.items() if any(v is not None for v in values)]
+            given = [name for name, on in forms.items() if on]
             if len(given) != 1:
                 found = f"got {' and '.join(given)}" if given else "got none"
                 raise ValueError(
                     "give exactly one of: files: {lang: path}; dir + prefix + langs; "
-                    f"tsv + columns: {{lang: column}} ({found})"
+                    "tsv + columns: {lang: column}; xml + langs; archive + member "
+                    f"({found})"
                 )
-            missing = [
-                n for n, v in zip(given[0].split(" + "), forms[given[0]], strict=True) if v is None
-            ]
-            if missing:
-                raise ValueError(f"{given[0]} also needs {' and '.join(missing)}")
-            if self.langs is not None and len(set(self.langs)) != len(self.langs):
-                raise ValueError(f"langs lists a language twice: {self.langs}")
-            if self.separator != "\t" and self.tsv is None:
-                raise ValueError("separator applies to a tsv file only (give tsv + columns)")
-            if self.columns is not None and len(set(self.columns.values())) != len(self.columns):
-                raise ValueError(f"columns reads one column for two languages: {self.columns}")
+            form = given[0]
+            if self.member is not None and form != "archive + member":
+                raise ValueError("member names files inside an archive: give archive too")
+            if form == "archive + member":
+                check_archive_form(self)
+            else:
+                needs = {"dir + prefix + langs": ["dir", "prefix", "langs"]}.get(form, [])
+                needs += {"tsv + columns": ["columns"], "xml + langs": ["langs"]}.get(form, [])
+                missing = [key for key in needs if getattr(self, key) is None]
+                if missing:
+                    raise ValueError(f"{form} also needs {' and '.join(missing)}")
+                allowed = {
+                    "files": {"format"},
+                    "dir + prefix + langs": {"langs", "format"},
+                    "tsv + columns": {"columns", "separator"},
+                    "xml + langs": {"langs", "translator"},
+                }[form]
+                check_companions(form, self, allowed)
+            check_unique(self)
             return self
 
     def langs(self) -> tuple[str, ...]:
-        cfg = self.config
-        return tuple(cfg.files or cfg.columns or cfg.langs or ())
+        return langs_of(self.config)
 
     def paths(self) -> list[Path]:
-        """The files to read, resolved now and checked to exist (one for tsv)."""
+        """The files to read, resolved now and checked to exist (one for tsv, xml, archive)."""
         cfg = self.config
         if cfg.files is not None:
             return [check_file(resolve(p), f"file for {lang!r}") for lang, p in cfg.files.items()]
         if cfg.tsv is not None:
             return [check_file(resolve(cfg.tsv), "tsv file")]
+        if cfg.xml is not None:
+            return [check_file(resolve(cfg.xml), "xml file")]
+        if cfg.archive is not None:
+            return [check_file(resolve(cfg.archive), "archive")]
         return [self._prefixed(lang) for lang in self.langs()]
 
     def _prefixed(self, lang: str) -> Path:
@@ -147,8 +198,8 @@ class LocalSource(Source):
 
     def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
         paths = self.paths()
-        if self.config.columns is not None:
-            columns = list(self.config.columns.values())
-            yield from read_tsv(paths[0], columns, policy, stats, self.config.separator)
-        else:
-            yield from read_parallel(paths, policy, stats)
+        member = self.config.member
+        inputs: list[Input] = list(paths)
+        if member is not None:
+            inputs = archive_members(paths[0], member)
+        yield from read_layout(self.config, inputs, policy, stats)

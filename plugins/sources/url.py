@@ -6,7 +6,10 @@ of the URL); an interrupted download resumes from the partial file with ``Range:
 is checked against ``sha256`` and renamed into place atomically as ``<key>`` or ``<key>.gz`` (the
 suffix is what makes :func:`mtcore.corpus.open_binary` decompress it). A file in the cache is
 never downloaded again; it was verified before it was renamed there. Then the files are read
-like the ``local`` source's.
+like the ``local`` source's: one file per language (plain or WMT ``.sgm``), a TSV file, a WMT
+XML test set, or members of a downloaded tar or zip archive (``archive`` + ``member``), streamed
+out of the cached archive without unpacking it (:mod:`mtcore.archives`). Changing ``member``
+or ``columns`` reruns the read only; the archive stays in the cache.
 
 Without ``sha256`` nothing guards against the server changing the file between two resumed
 attempts; the actual hash is logged so it can be pinned.
@@ -28,11 +31,24 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from mtcore.corpus import read_parallel, read_tsv
+from mtcore.corpus import Input
 from mtcore.errors import DataError
-from mtcore.hashing import cache_home, hash_file
+from mtcore.hashing import HASHED_WHEN_SET, cache_home, hash_file
 from mtcore.plugin import NOT_IDENTITY, Pair, PluginConfig, Source
 from mtcore.stats import Stats
+from mtcore_plugins.sources._layout import (
+    FORMAT_FIELD,
+    MEMBER_FIELD,
+    TRANSLATOR_FIELD,
+    Format,
+    Pattern,
+    archive_members,
+    check_archive_form,
+    check_companions,
+    check_unique,
+    langs_of,
+    read_layout,
+)
 
 log = logging.getLogger("mtcore.sources.url")
 
@@ -51,8 +67,10 @@ class FileSpec(PluginConfig):
         description="expected sha256 of the file as downloaded (64 hex digits); null: not "
         "checked, the actual hash is logged so it can be pinned",
     )
-    compression: Literal["auto", "none", "gz"] = Field(
-        "auto", description="gz: gzip; none: plain text; auto: gzip when the URL path ends in .gz"
+    compression: Literal["auto", "none", "gz", "xz"] = Field(
+        "auto",
+        description="gz: gzip; xz: xz/lzma; none: as it is; auto: by the URL path's ending (.gz, "
+        ".xz); an archive's own compression is detected from its bytes",
     )
 
     @field_validator("sha256")
@@ -64,10 +82,13 @@ class FileSpec(PluginConfig):
         return self.sha256 or hashlib.sha256(self.url.encode("utf-8")).hexdigest()
 
     def cached_name(self) -> str:
-        gz = self.compression == "gz" or (
-            self.compression == "auto" and urlsplit(self.url).path.endswith(".gz")
-        )
-        return self.key() + (".gz" if gz else "")
+        """The key, with ``.gz`` or ``.xz`` when the file is compressed so (the suffix is what
+        makes the readers decompress it)."""
+        kind = self.compression
+        if kind == "auto":
+            path = urlsplit(self.url).path
+            kind = "gz" if path.endswith(".gz") else "xz" if path.endswith(".xz") else "none"
+        return self.key() + ("" if kind == "none" else f".{kind}")
 
 
 class Incomplete(Exception):
@@ -213,8 +234,8 @@ def default_cache() -> Path:
 
 
 class UrlSource(Source):
-    """Downloads line-aligned files (one per language, or one tab-separated file) and reads
-    them through the input policy."""
+    """Downloads corpus files (one per language, a tab-separated file, a WMT XML test set, or
+    an archive and its members) and reads them through the input policy."""
 
     name = "url"
 
@@ -259,24 +280,70 @@ class UrlSource(Source):
             json_schema_extra=NOT_IDENTITY,
         )
 
+        langs: list[LangCode] | None = Field(
+            None,
+            min_length=1,
+            max_length=64,
+            description="languages of a WMT XML test set (with xml, or archive + one member)",
+            json_schema_extra=HASHED_WHEN_SET,
+        )
+        xml: FileSpec | None = Field(
+            None, description="a WMT XML test set (with langs)", json_schema_extra=HASHED_WHEN_SET
+        )
+        archive: FileSpec | None = Field(
+            None,
+            description="a tar (.tar, .tar.gz/.tgz, .tar.xz) or zip archive (with member)",
+            json_schema_extra=HASHED_WHEN_SET,
+        )
+        member: dict[LangCode, Pattern] | Pattern | None = MEMBER_FIELD
+        format: Format = FORMAT_FIELD
+        translator: str | None = TRANSLATOR_FIELD
+
         @model_validator(mode="after")
         def _one_form(self) -> UrlSource.Config:
-            if (self.files is None) == (self.tsv is None and self.columns is None):
+            forms = {
+                "files": self.files is not None,
+                "tsv + columns": self.tsv is not None,
+                "xml + langs": self.xml is not None,
+                "archive + member": self.archive is not None,
+            }
+            given = [name for name, on in forms.items() if on]
+            if len(given) != 1:
+                found = f"got {' and '.join(given)}" if given else "got none"
                 raise ValueError(
                     "give exactly one of: files: {lang: {url, sha256}}; "
-                    "tsv: {url, sha256} + columns: {lang: column}"
+                    "tsv: {url, sha256} + columns: {lang: column}; xml: {url, sha256} + langs; "
+                    f"archive: {{url, sha256}} + member ({found})"
                 )
-            if self.files is None and (self.tsv is None or self.columns is None):
+            form = given[0]
+            if self.member is not None and form != "archive + member":
+                raise ValueError("member names files inside an archive: give archive too")
+            if form == "tsv + columns" and self.columns is None:
                 raise ValueError("tsv and columns go together: give both")
-            if self.columns is not None and len(set(self.columns.values())) != len(self.columns):
-                raise ValueError(f"columns reads one column for two languages: {self.columns}")
+            if form == "xml + langs" and self.langs is None:
+                raise ValueError("xml + langs also needs langs")
+            if form == "archive + member":
+                check_archive_form(self)
+            else:
+                allowed = {
+                    "files": {"format"},
+                    "tsv + columns": {"columns", "separator"},
+                    "xml + langs": {"langs", "translator"},
+                }[form]
+                check_companions(form, self, allowed)
+            check_unique(self)
             return self
 
     def langs(self) -> tuple[str, ...]:
-        return tuple(self.config.files or self.config.columns or ())
+        return langs_of(self.config)
 
     def specs(self) -> list[FileSpec]:
-        return list(self.config.files.values()) if self.config.files else [self.config.tsv]
+        cfg = self.config
+        if cfg.files:
+            return list(cfg.files.values())
+        spec = cfg.tsv or cfg.xml or cfg.archive
+        assert spec is not None  # the validator asks for exactly one form
+        return [spec]
 
     def fingerprint(self) -> str:
         """The pinned sha256 of each file, else its URL (nothing is downloaded)."""
@@ -289,11 +356,10 @@ class UrlSource(Source):
         specs = self.specs()
         paths = [downloader.fetch(spec) for spec in specs]
         try:
-            if cfg.columns is not None:
-                columns = list(cfg.columns.values())
-                yield from read_tsv(paths[0], columns, policy, stats, cfg.separator)
-            else:
-                yield from read_parallel(paths, policy, stats)
+            inputs: list[Input] = list(paths)
+            if cfg.member is not None:
+                inputs = archive_members(paths[0], cfg.member)
+            yield from read_layout(cfg, inputs, policy, stats)
         except DataError as exc:  # the message names cache files: say where they came from
             origin = [
                 f"{p} is {s.url}" for p, s in zip(paths, specs, strict=True) if str(p) in str(exc)

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from mtcore.corpus import INNER_BREAKS, CorpusWriter, InputPolicy
 from mtcore.errors import DataError
+from mtcore.hashing import drop_unset
 from mtcore.plugin import Pair, PluginConfig, Source, identity_dict
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext
@@ -43,7 +44,11 @@ class FetchStep(Step):
 
     def identity(self, registry: Registry) -> dict[str, Any]:
         own = super().identity(registry)
-        own["config"] = identity_dict(self._source(registry).config)
+        config = self._source(registry).config
+        # settings added later (archive members, formats, input.field_count) hash only when
+        # set, so the steps of recipes that do not use them keep their cached outputs
+        own["config"] = drop_unset(identity_dict(config), type(config))
+        own["input"] = drop_unset(own["input"], InputPolicy)
         if own["max_pairs"] is None:  # absent as before the setting existed: caches stay valid
             del own["max_pairs"]
         return own
