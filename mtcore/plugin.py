@@ -163,6 +163,18 @@ class Processor(Plugin):
         raise NotImplementedError
 
 
+class Augmenter(Plugin):
+    """Rewrites one side of a corpus line by line, reproducibly. ``augment(lines, lang,
+    first_line)`` returns a list as long as ``lines``; line ``i`` is corpus line
+    ``first_line + i`` (1-based) of the side in language ``lang``. Any randomness must come from
+    the augmenter's settings and the line number alone (``random.Random`` seeded from both),
+    never from the shard or the process, so the output is the same whatever the shard size,
+    the worker count or a resumed run. The ``augment`` step chains augmenters."""
+
+    def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
+        raise NotImplementedError
+
+
 class Metric(Plugin):
     """Corpus score with a reproducibility signature."""
 

@@ -21,7 +21,6 @@ KINDS: tuple[str, ...] = (
     "sources",
     "filters",
     "processors",
-    "selectors",
     "augmenters",
     "models",
     "scorers",

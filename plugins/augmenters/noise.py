@@ -16,7 +16,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore_plugins.augmenters.base import TOKEN_PATTERN, Augmenter, SeededConfig, line_rng
+from mtcore.plugin import Augmenter
+from mtcore_plugins.augmenters.base import TOKEN_PATTERN, SeededConfig, line_rng
 
 
 class NoiseConfig(SeededConfig):

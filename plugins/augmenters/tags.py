@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from pydantic import Field, field_validator
 
-from mtcore.plugin import PluginConfig
-from mtcore_plugins.augmenters.base import TOKEN_PATTERN, Augmenter
+from mtcore.plugin import Augmenter, PluginConfig
+from mtcore_plugins.augmenters.base import TOKEN_PATTERN
 
 
 def prepend(token: str, lines: Sequence[str]) -> list[str]:

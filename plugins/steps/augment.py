@@ -22,13 +22,12 @@ from pydantic import Field, model_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig, components
+from mtcore.plugin import Augmenter, PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry, load_registry
 from mtcore.shards import map_shards, worker_memo
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
-from mtcore_plugins.augmenters.base import Augmenter
 from mtcore_plugins.steps.normalize import ShardOutput, checked, rewrite_shard
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
