@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from mtcore.corpus import InputPolicy
 from mtcore.errors import DataError
 from mtcore.hashing import content_hash
+from mtcore.plugin import identity_dict
 from mtcore.registry import load_registry
 from mtcore.stats import Stats
 from mtcore_plugins.sources.gettext import GettextSource, catalog_units
@@ -152,6 +153,26 @@ def test_local_missing_file_names_it(layouts, tmp_path) -> None:
         source.fingerprint()
     with pytest.raises(DataError, match="does not exist"):
         run(source)
+
+
+def test_local_missing_file_says_how_to_obtain_it(layouts, tmp_path) -> None:
+    how = "register at https://example.org/corpus, download c.tgz and put it at data/c.tgz"
+    source = LocalSource.from_dict(
+        {"archive": "data/c.tgz", "member": "c.tsv", "columns": {"en": 0, "zh": 1}, "obtain": how}
+    )
+    expected = re.escape(f"{tmp_path / 'data/c.tgz'}: archive does not exist")
+    with pytest.raises(DataError, match=rf"{expected}.*To obtain it: {re.escape(how)}$"):
+        source.fingerprint()
+    with pytest.raises(DataError, match=re.escape(how)):
+        run(source)
+
+
+def test_local_obtain_stays_out_of_the_hash() -> None:
+    plain = {"files": {"en": "a.en", "zh": "a.zh"}}
+    told = {**plain, "obtain": "ask the data owner"}
+    assert identity_dict(LocalSource.from_dict(plain).config) == identity_dict(
+        LocalSource.from_dict(told).config
+    )
 
 
 def test_local_fingerprint_follows_files(layouts, tmp_path) -> None:

@@ -16,6 +16,9 @@ The ways to name the files (exactly one per source)::
 (automatic for names ending in ``.sgm``) reads WMT ``<seg>`` files; see :mod:`mtcore.formats`
 and :mod:`mtcore.archives`.
 
+``obtain`` says how to get a file that no address serves (a registration-gated corpus: what to
+download, from where, where to put it); it ends the error raised when a file is missing.
+
 A path ending in ``.gz`` or ``.xz`` is decompressed. Relative paths are resolved against the
 current directory when the source is read (and fingerprinted), not when the recipe is loaded.
 """
@@ -32,7 +35,7 @@ from pydantic import Field, StringConstraints, model_validator
 from mtcore.corpus import Input
 from mtcore.errors import DataError
 from mtcore.hashing import HASHED_WHEN_SET, content_hash
-from mtcore.plugin import Pair, PluginConfig, Source
+from mtcore.plugin import NOT_IDENTITY, Pair, PluginConfig, Source
 from mtcore_plugins.sources._layout import (
     FORMAT_FIELD,
     MEMBER_FIELD,
@@ -130,6 +133,15 @@ class LocalSource(Source):
         member: dict[LangCode, Pattern] | Pattern | None = MEMBER_FIELD
         format: Format = FORMAT_FIELD
         translator: str | None = TRANSLATOR_FIELD
+        obtain: str | None = Field(
+            None,
+            min_length=1,
+            max_length=2000,
+            description="how to get a file that cannot be downloaded by address (what to "
+            "download, from where, where to put it); appended to the error when a file is "
+            "missing",
+            json_schema_extra=NOT_IDENTITY,
+        )
 
         @model_validator(mode="after")
         def _one_form(self) -> LocalSource.Config:
@@ -173,7 +185,16 @@ class LocalSource(Source):
         return langs_of(self.config)
 
     def paths(self) -> list[Path]:
-        """The files to read, resolved now and checked to exist (one for tsv, xml, archive)."""
+        """The files to read, resolved now and checked to exist (one for tsv, xml, archive);
+        a missing file's error ends with ``obtain``, where the recipe says how to get it."""
+        try:
+            return self._paths()
+        except DataError as exc:
+            if self.config.obtain is None:
+                raise
+            raise DataError(f"{exc}. To obtain it: {self.config.obtain}") from exc
+
+    def _paths(self) -> list[Path]:
         cfg = self.config
         if cfg.files is not None:
             return [check_file(resolve(p), f"file for {lang!r}") for lang, p in cfg.files.items()]
