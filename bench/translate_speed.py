@@ -32,42 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _steps import DATA, ROOT, context, corpus
+from _steps import DATA, ROOT, build_model, context
 
 USER_DIR = ROOT / "plugins/models/user_dir/mtcore_fairseq"
 TRANSLATED = re.compile(
     r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in .*?\(([\d.]+) sentences/s"
 )
-
-
-def build_model(work: Path, updates: int, arch: str, threads: int) -> tuple[Path, Path]:
-    """SentencePiece model and trained checkpoint directories (the steps' own outputs)."""
-    from mtcore_plugins.steps.binarize import BinarizeStep
-    from mtcore_plugins.steps.spm import SentencePieceStep
-    from mtcore_plugins.steps.train import TrainStep
-
-    train, valid = corpus(work / "train", "train", 5000), corpus(work / "valid", "dev", 100)
-    SentencePieceStep.from_dict({"vocab_size": 4000, "num_threads": threads}).run(
-        context(work, "spm", corpus=train)
-    )
-    spm = work / "spm" / "model"
-    BinarizeStep.from_dict({"src": "en", "tgt": "ja"}).run(
-        context(work, "binarize", train=train, valid=valid, spm=spm)
-    )
-    settings = {
-        "arch": arch,
-        "max_update": updates,
-        "max_tokens": 2048,
-        "lr": 0.003,
-        "warmup_updates": max(1, updates // 4),
-        "dropout": 0.1,
-        "save_interval_updates": updates,
-        "keep_last": 1,
-        "average_last": 1,
-        "threads": threads,
-    }
-    TrainStep.from_dict(settings).run(context(work, "train", data=work / "binarize" / "data"))
-    return work / "train" / "model", spm
 
 
 def mtcore_speed(

@@ -56,6 +56,11 @@ class TranslationScorerConfig(PluginConfig):
         description="padded target tokens per batch",
         json_schema_extra=NOT_IDENTITY,
     )
+    backend: Literal["fairseq", "ctranslate2", "auto"] = Field(
+        "fairseq",
+        description="force decoder: fairseq, or CTranslate2's score_batch on the converted "
+        "model (one model; auto falls back to fairseq, saying why). docs/decoding.md",
+    )
 
     @field_validator("weights")
     @classmethod
@@ -92,17 +97,31 @@ class TranslationScorer(Scorer):
             for slot, role in zip(MODEL_ROLES, config.models, strict=False)
         }
         reads, writes = (tgt, src) if self.backward else (src, tgt)
+        if config.backend != "fairseq":
+            from mtcore_plugins.steps.ct2_force import ct2_force_decoder
+            from mtcore_plugins.steps.decoding import check_members
+
+            where = f"scorer {self.name!r}"
+            direction = check_members(reads, writes, weights, where, members)
+            self._check_direction(direction, members["model"].path)
+            spm = self.resource(config.spm)
+            self.decoder = ct2_force_decoder(members, reads, writes, spm, config, where)
+            if self.decoder is not None:
+                return
         ensemble = load_ensemble(
             reads, writes, members, self.resource(config.spm), config.plugins, weights,
             f"scorer {self.name!r}",
         )  # fmt: skip
-        if config.direction not in ("auto", ensemble.direction):
-            raise PluginError(
-                f"scorer {self.name!r} asks for {config.direction} models; "
-                f"{members['model'].path} is {ensemble.direction} (set direction: "
-                f"{ensemble.direction} or connect an {config.direction} model)"
-            )
+        self._check_direction(ensemble.direction, members["model"].path)
         self.decoder = ForceDecoder(ensemble, config.max_tokens)
+
+    def _check_direction(self, direction: str, path: Path) -> None:
+        wanted = self.config.direction  # type: ignore[attr-defined]
+        if wanted not in ("auto", direction):
+            raise PluginError(
+                f"scorer {self.name!r} asks for {wanted} models; {path} is {direction} (set "
+                f"direction: {direction} or connect an {wanted} model)"
+            )
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         from mtcore_plugins.steps.force_decode import normalize

@@ -6,6 +6,10 @@ their output put back in reading order.
 The corpus is cut into shards of ``chunk_lines`` lines translated on the executor's workers
 (each loads the models once); a shard's result is saved as soon as it is done, so a killed run
 resumes without translating finished shards again.
+
+``backend`` picks the decoder: fairseq (the default), or CTranslate2 on the checkpoint
+converted once (``ct2_convert``), with ``compute_type`` such as int8; ``auto`` falls back to
+fairseq, saying why, for what does not convert (ensembles, B2T, DLCL, adapters, Evolved).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -22,7 +27,8 @@ from mtcore.errors import DataError, StepError
 from mtcore.plugin import NOT_IDENTITY, Executor, PluginConfig
 from mtcore.shards import map_shards
 from mtcore.stats import Stats
-from mtcore.step import Step, StepContext
+from mtcore.step import Artifact, Step, StepContext
+from mtcore_plugins.steps.ct2_decoding import Ct2Translator
 from mtcore_plugins.steps.decoding import (
     MODEL_ROLES,
     DecodeJob,
@@ -96,6 +102,21 @@ class TranslateConfig(PluginConfig):
         max_length=32,
         description="mtcore.models plugins to register before loading (each model's own are added)",
     )
+    backend: Literal["fairseq", "ctranslate2", "auto"] = Field(
+        "fairseq",
+        description="decoder: fairseq's own search; ctranslate2, the checkpoint converted once "
+        "(cached by its hash) and decoded by CTranslate2, an error when it cannot be; auto, "
+        "CTranslate2 when the model converts, else fairseq with the reason logged (ensembles "
+        "always fall back). docs/decoding.md",
+    )
+    compute_type: Literal[
+        "default", "auto", "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
+        "int16", "float16", "bfloat16",
+    ] = Field(
+        "default",
+        description="CTranslate2 weights and arithmetic (default: as converted, float32); "
+        "int8 quantizes on load. Ignored by the fairseq backend",
+    )  # fmt: skip
     weights: dict[str, float] = Field(
         default_factory=dict,
         description="ensemble weight per model input (model, model2, ...); unnamed ones weigh "
@@ -156,6 +177,15 @@ class TranslateStep(Step):
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]
 
+    def identity(self, registry: Any) -> dict[str, Any]:
+        """The fairseq backend at its defaults is the decoding every existing run did: those
+        settings stay out of the hash, so adding them kept every translate step's artifacts."""
+        found = super().identity(registry)
+        if found.get("backend") == "fairseq":
+            found.pop("backend", None)
+            found.pop("compute_type", None)
+        return found
+
     def run(self, ctx: StepContext) -> None:
         import torch
 
@@ -169,18 +199,19 @@ class TranslateStep(Step):
         # Checked here, before any worker starts, so that a wrong model is one clear error.
         check_members(self.config.src, self.config.tgt, self.config.weights, ctx.step_id, members)
         threads = torch.get_num_threads()
+        ct2 = ct2_model(self.config, members, ctx)
         try:
-            self._translate(ctx, corpus, corpus.langs.index(self.config.src))
+            self._translate(ctx, corpus, corpus.langs.index(self.config.src), ct2)
         finally:
             torch.set_num_threads(threads)
             _WORKER.clear()  # an in-process translator: free the models with the step
 
-    def _translate(self, ctx: StepContext, corpus: Corpus, column: int) -> None:
+    def _translate(self, ctx: StepContext, corpus: Corpus, column: int, ct2: str) -> None:
         config = self.config
         started = time.time()
         models = {r: a for r, a in ctx.inputs.items() if r in (*MODEL_ROLES, "spm")}
         job = DecodeJob(ctx.step_id, models)
-        settings = (config.model_dump_json(), worker_threads(config.threads, ctx.executor))
+        settings = (config.model_dump_json(), worker_threads(config.threads, ctx.executor), ct2)
         submitted = []
 
         def task(shard: Shard) -> tuple[Any, ...]:
@@ -243,27 +274,54 @@ def worker_threads(threads: int, executor: Any) -> int:
     return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
 
 
-_WORKER: dict[str, Translator] = {}
+def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepContext) -> str:
+    """The converted model to decode with (cached, converted here once before any shard), or
+    "" for fairseq: per ``backend``, with the reason logged when auto falls back."""
+    if config.backend == "fairseq":
+        return ""
+    from mtcore_plugins.steps.ct2_decoding import obstacles
+
+    reasons = obstacles(config, members, ctx.registry)
+    if reasons:
+        why = "; ".join(reasons)
+        if config.backend == "ctranslate2":
+            raise DataError(f"{ctx.step_id}: backend ctranslate2 cannot decode: {why}")
+        ctx.log.warning("%s: backend auto decodes with fairseq: %s", ctx.step_id, why)
+        ctx.metrics["backend"] = "fairseq"
+        return ""
+    from mtcore_plugins.steps.ct2_convert import converted
+
+    path = converted(members["model"], config.src, config.tgt, config.models, ctx.registry)
+    ctx.metrics["backend"] = "ctranslate2"
+    return str(path)
+
+
+_WORKER: dict[str, Translator | Ct2Translator] = {}
 """The translator of this process, by its settings: loaded by the first shard, kept for the
 next ones."""
 
 
-def translate_shard(task: tuple[str, int, DecodeJob, Shard]) -> ShardResult:
-    """Executor task: the 1-best (and n-best) translations of one shard, and its counters."""
+def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult:
+    """Executor task: the 1-best (and n-best) translations of one shard, and its counters.
+    ``ct2``: the converted model to decode with CTranslate2, or empty for fairseq."""
     import torch
 
-    settings, threads, job, (number, _first, lines) = task
+    settings, threads, ct2, job, (number, _first, lines) = task
     if threads and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    key = settings + repr(sorted((r, str(a.path)) for r, a in job.inputs.items()))
+    key = settings + ct2 + repr(sorted((r, str(a.path)) for r, a in job.inputs.items()))
     translator = _WORKER.get(key)
     if translator is None:
         _WORKER.clear()
-        translator = _WORKER[key] = Translator(TranslateConfig.model_validate_json(settings), job)
+        config = TranslateConfig.model_validate_json(settings)
+        translator = _WORKER[key] = (
+            Ct2Translator(config, job, Path(ct2), threads) if ct2 else Translator(config, job)
+        )
     config = translator.config
     translator.ctx = DecodeJob(job.step_id, job.inputs)  # fresh counters for this shard
     if config.sampling:  # per shard: a resumed run draws what an uninterrupted one would
         torch.manual_seed(config.seed + number)
+        translator.seed = config.seed + number
     if config.nbest:
         lists = translator.translate_nbest(lines, config.nbest)
         hyps = [found[0][0] for found in lists]

@@ -1,0 +1,86 @@
+"""Force decoding with CTranslate2's ``score_batch``: log P(target | source) of given pairs under
+one converted model, the ``forward`` / ``backward`` rerank features (NT5 §5.1, Xiaomi §3.4)
+at CTranslate2's speed. Same contract as :class:`~force_decode.ForceDecoder`: summed natural-log
+probability with EOS, and the target's tokens with EOS, per pair; sides longer than the
+model's positions are scored on the part the model can read, as fairseq's force decoder
+scores them. Ensembles stay with fairseq (CTranslate2 has none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mtcore.errors import PluginError
+from mtcore_plugins.steps.binarize import load_spm
+from mtcore_plugins.steps.ct2_convert import limits
+
+
+class Ct2ForceDecoder:
+    """``score(sources, targets)`` -> (sums, counts) on a converted model; ``direction`` r2l
+    reads the target pieces last first. Batches hold at most ``max_tokens`` target tokens."""
+
+    def __init__(
+        self, model_dir: Path, spm: Path, direction: str, max_tokens: int = 4096, threads: int = 0
+    ) -> None:
+        import ctranslate2
+
+        self.model = ctranslate2.Translator(
+            str(model_dir), device="cpu", inter_threads=1, intra_threads=threads
+        )
+        self.spm = load_spm(spm)
+        self.direction, self.max_tokens = direction, max_tokens
+        self.max_source, self.max_target = limits(model_dir)
+
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> tuple[Any, Any]:
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
+        src = [_cut(p, self.max_source) for p in self.spm.encode(list(sources), out_type=str)]
+        tgt = [_cut(p, self.max_target) for p in self.spm.encode(list(targets), out_type=str)]
+        if self.direction == "r2l":
+            tgt = [pieces[::-1] for pieces in tgt]
+        results = self.model.score_batch(
+            src, tgt, max_batch_size=self.max_tokens, batch_type="tokens", max_input_length=0
+        )
+        sums = np.array([float(sum(r.log_probs)) for r in results])
+        counts = np.array([len(t) + 1 for t in tgt], dtype=np.int64)
+        return sums, counts
+
+
+def _cut(pieces: list[str], limit: int | None) -> list[str]:
+    """The pieces a model of ``limit`` positions reads (EOS takes the last position)."""
+    return pieces[: limit - 1] if limit is not None and len(pieces) + 1 > limit else pieces
+
+
+def ct2_force_decoder(
+    members: dict[str, Any], reads: str, writes: str, spm: Path, config: Any, where: str
+) -> Ct2ForceDecoder | None:
+    """A CTranslate2 force decoder of ``members`` (role -> checked model artifact) for the
+    scorer ``config``'s ``backend`` ctranslate2 or auto, or None for fairseq (backend fairseq,
+    or auto and the models do not convert: logged)."""
+    backend = config.backend
+    if backend == "fairseq":
+        return None
+    import logging
+
+    from mtcore_plugins.steps.ct2_convert import check, converted
+
+    model = members["model"]
+    reasons = (
+        [f"an ensemble of {len(members)} models (CTranslate2 scores one model)"]
+        if len(members) > 1
+        else check(model, list(config.plugins))
+    )
+    if reasons:
+        if backend == "ctranslate2":
+            raise PluginError(f"{where}: backend ctranslate2 cannot score: {'; '.join(reasons)}")
+        logging.getLogger("mtcore.step").warning(
+            "%s: backend auto scores with fairseq: %s", where, "; ".join(reasons)
+        )
+        return None
+    path = converted(model, reads, writes, list(config.plugins))
+    direction = str(model.meta.get("direction", "l2r"))
+    return Ct2ForceDecoder(path, spm, direction, config.max_tokens)
