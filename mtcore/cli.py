@@ -139,6 +139,8 @@ def run(
         try:
             result = runner.run(until)
         except KeyboardInterrupt:
+            for ignored in (signal.SIGINT, signal.SIGTERM):  # a second copy must not cut this
+                signal.signal(ignored, signal.SIG_IGN)
             during = f" during step {runner.current}" if runner.current else ""
             click.echo(
                 f"mtcore: stopped by {stopped[0]}{during}. Finished steps are kept and {target} "

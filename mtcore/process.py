@@ -70,6 +70,11 @@ def run_logged(
     if code is None:
         with open(log_path, "a", encoding="utf-8") as log:
             code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+    if code in (-signal.SIGINT, -signal.SIGTERM):
+        # Ctrl-C or a scheduler's SIGTERM reached the whole process group: the child may die
+        # and report before this process handles its own copy of the signal (delivered to
+        # another thread, or not yet). Stop the run as the signal would, not as a failure.
+        raise KeyboardInterrupt(f"{what} was stopped by signal {-code}")
     if code != 0:
         reason = f"signal {-code}" if code < 0 else f"exit status {code}"
         raise StepError(

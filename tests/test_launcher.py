@@ -24,6 +24,8 @@ sys.stdout.flush()
 print("to stderr", file=sys.stderr)
 if sys.argv[1] == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[1] in ("int", "term"):  # Ctrl-C or a scheduler's SIGTERM, seen by the child first
+    os.kill(os.getpid(), signal.SIGINT if sys.argv[1] == "int" else signal.SIGTERM)
 if sys.argv[1] == "raise":
     raise ValueError("probe failed")
 sys.exit(int(sys.argv[1]))
@@ -69,6 +71,16 @@ def test_failures_name_the_exit_status(probe, warm, arg, reason):
         run(log, arg, warm)
     if arg == "raise":
         assert "ValueError: probe failed" in log.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize("arg", ["int", "term"])
+def test_a_child_stopped_by_sigint_or_sigterm_stops_the_run(probe, warm, arg):
+    """Ctrl-C reaches the whole process group: when the tool dies of it before this process
+    handles its own copy, the run still stops as interrupted (the CLI says how to resume and
+    exits 130), not as a failed step (found by the SIGINT e2e test under load)."""
+    with pytest.raises(KeyboardInterrupt, match="probe was stopped by signal"):
+        run(probe / "stopped.log", arg, warm)
 
 
 def test_a_zygote_serves_many_calls_and_another_environment_gets_its_own(probe):
