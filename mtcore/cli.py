@@ -139,14 +139,19 @@ def run(
         try:
             result = runner.run(until)
         except KeyboardInterrupt:
-            for ignored in (signal.SIGINT, signal.SIGTERM):  # a second copy must not cut this
-                signal.signal(ignored, signal.SIG_IGN)
-            during = f" during step {runner.current}" if runner.current else ""
-            click.echo(
-                f"mtcore: stopped by {stopped[0]}{during}. Finished steps are kept and {target} "
-                "resumes where it stopped: run the same `mtcore run` command again.",
-                err=True,
-            )
+            # a second copy of the signal must not cut the message short
+            numbers = (signal.SIGINT, signal.SIGTERM)
+            previous = {number: signal.signal(number, signal.SIG_IGN) for number in numbers}
+            try:
+                during = f" during step {runner.current}" if runner.current else ""
+                click.echo(
+                    f"mtcore: stopped by {stopped[0]}{during}. Finished steps are kept and "
+                    f"{target} resumes where it stopped: run the same `mtcore run` command again.",
+                    err=True,
+                )
+            finally:
+                for number, handler in previous.items():
+                    signal.signal(number, handler)
             sys.exit(143 if stopped[0] == "SIGTERM" else 130)
     for item in result.results:
         click.echo(f"{item.status:7} {item.planned.id} ({item.manifest.get('seconds', 0):.1f}s)")

@@ -25,7 +25,9 @@ print("to stderr", file=sys.stderr)
 if sys.argv[1] == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 if sys.argv[1] in ("int", "term"):  # Ctrl-C or a scheduler's SIGTERM, seen by the child first
-    os.kill(os.getpid(), signal.SIGINT if sys.argv[1] == "int" else signal.SIGTERM)
+    number = signal.SIGINT if sys.argv[1] == "int" else signal.SIGTERM
+    signal.signal(number, signal.SIG_DFL)  # a tool's own default, whatever it inherited
+    os.kill(os.getpid(), number)
 if sys.argv[1] == "raise":
     raise ValueError("probe failed")
 sys.exit(int(sys.argv[1]))
