@@ -89,7 +89,7 @@ def translate(
     """Translate new text with a stage of a finished run: the same steps the run takes from its
     test set to that stage's evaluated output (preprocessing, models or ensemble, n-best
     reranking with the tuned weights, post-processing), one output line per input line."""
-    from mtcore.inference import REPAIR, STRICT_KEEP, Translator, stages
+    from mtcore.inference import REPAIR, STRICT_KEEP, Translator, build_hint, stages
 
     progress = sys.stderr.isatty()
     if system_dir is not None:
@@ -99,7 +99,6 @@ def translate(
         if recipe is not None or workdir is not None:
             raise MtcoreError("--system replaces RECIPE and --workdir; give one or the other")
         system = load_system(system_dir, load_registry(), device, progress)
-        where = system_dir
     else:
         if recipe is None:
             raise MtcoreError("give RECIPE (and --workdir), or --system DIR")
@@ -109,10 +108,8 @@ def translate(
                 click.echo(f"{found.direction}\t{found.name}\t(scored by {found.evaluate})")
             return
         where = default_workdir(loaded, workdir)
-        hint = f"mtcore run {recipe}" + (f" -p {profile}" if profile else "") + f" -w {where}"
-        system = Translator.from_run(
-            loaded, registry, where, direction, stage, device, progress, build_hint=hint
-        )
+        system = Translator.from_run(loaded, registry, where, direction, stage, device, progress,
+                                     build_hint=build_hint(recipe, profile, where))  # fmt: skip
     policy = REPAIR if repair else STRICT_KEEP
     if str(input_path) == "-":
         with tempfile.TemporaryDirectory(prefix="mtcore-stdin-") as name:
@@ -158,11 +155,11 @@ def export(
     SentencePiece and truecase models, rerank weights and feature models, post-processing
     settings, scores) for mtcore translate --system DIR."""
     from mtcore.export import export_system
-    from mtcore.inference import Translator
+    from mtcore.inference import Translator, build_hint
 
     registry, loaded, _ = load(recipe, profile, sets)
     where = default_workdir(loaded, workdir)
-    hint = f"mtcore run {recipe}" + (f" -p {profile}" if profile else "") + f" -w {where}"
+    hint = build_hint(recipe, profile, where)
     system = Translator.from_run(loaded, registry, where, direction, stage, build_hint=hint)
     info = export_system(loaded, registry, system, where, folder)
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

@@ -336,6 +336,11 @@ def _check_finished(
         )
 
 
+def build_hint(recipe: Path, profile: str | None, workdir: Path) -> str:
+    """The ``mtcore run`` command that builds a run (named in the unfinished-steps error)."""
+    return f"mtcore run {recipe}" + (f" -p {profile}" if profile else "") + f" -w {workdir}"
+
+
 def load_translator(
     recipe_path: Path,
     direction: str | None = None,
@@ -356,5 +361,5 @@ def load_translator(
     registry = load_registry()
     recipe = load_recipe(recipe_path, registry, profile, list(sets))
     where = workdir if workdir is not None else Path("work") / recipe.name
-    hint = f"mtcore run {recipe_path}" + (f" -p {profile}" if profile else "") + f" -w {where}"
+    hint = build_hint(recipe_path, profile, where)
     return Translator.from_run(recipe, registry, where, direction, stage, device, build_hint=hint)
