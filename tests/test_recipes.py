@@ -153,8 +153,8 @@ def repeats(line: str, unspaced: bool) -> bool:
 def check_readable(recipe, work: Path, evals: list[str]) -> None:
     """Issue 23's first run: the cpu profile's final stage scores at least its baseline's chrF
     in each direction, and few of its outputs repeat a token four times in a row (the issue asks
-    under 2 %; measured 10.0 % en-ja and 3.0 % ja-en, against 42.6 % en-ja before the profile
-    was resized: this guards against that collapse coming back)."""
+    under 2 %; measured 4.4 % en-ja, on command-line help strings, and 1.2 % ja-en, against
+    42.6 % en-ja before the profile was resized: this guards against that collapse)."""
     scores: dict[tuple[str, str], float] = {}
     for step_id in evals:
         found = EVAL_ID.match(step_id)
@@ -168,7 +168,7 @@ def check_readable(recipe, work: Path, evals: list[str]) -> None:
         (hyp_dir,) = work.glob(f"steps/{step}-*")
         lines = hypothesis_lines(hyp_dir, output)
         share = sum(repeats(line, direction.endswith("ja")) for line in lines) / len(lines)
-        assert share < 0.15, (direction, share)
+        assert share < 0.08, (direction, share)
 
 
 SMOKE_TRANSLATE = {"nt5": [("enja", "rerank"), ("jaen", "baseline")], "xiaomi": [("jazh", None)]}
