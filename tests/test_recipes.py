@@ -100,8 +100,7 @@ def check_stages(registry, path: Path, work: Path, profile: str | None) -> list[
     recipe = build_recipe(read_yaml(path), registry, profile=profile, source=str(path))
     evals = sorted(step_id for step_id, spec in recipe.steps.items() if spec.kind == "evaluate")
     for step_id in evals:
-        (manifest_path,) = work.glob(f"steps/{step_id}-*/manifest.json")
-        metrics = json.loads(manifest_path.read_text())["metrics"]
+        metrics = eval_metrics(work, step_id)
         assert {"BLEU", "chrF"} <= set(metrics), (step_id, sorted(metrics))
     assert len(list(work.glob("steps/*/manifest.json"))) == len(recipe.steps)
     report = (work / "report.md").read_text(encoding="utf-8")
@@ -134,9 +133,7 @@ def test_default_profile_runs_end_to_end(registry, path, tmp_path):
     evals = check_stages(registry, path, work, None)
     recipe = build_recipe(read_yaml(path), registry, source=str(path))
     for step_id in evals:
-        step, _, output = recipe.steps[step_id].inputs["hyp"].partition(".")
-        (hyp_dir,) = work.glob(f"steps/{step}-*")
-        lines = hypothesis_lines(hyp_dir, output)
+        lines = stage_lines(recipe, work, step_id)
         assert sum(bool(line.strip()) for line in lines) > 0.25 * len(lines) > 0, step_id
     check_stage_significance(path, work, evals)
     check_translate(registry, path, work, None, DEFAULT_TRANSLATE[path.stem])
@@ -159,14 +156,10 @@ def check_readable(recipe, work: Path, evals: list[str]) -> None:
     for step_id in evals:
         found = EVAL_ID.match(step_id)
         assert found, step_id
-        (manifest_path,) = work.glob(f"steps/{step_id}-*/manifest.json")
-        chrf = json.loads(manifest_path.read_text())["metrics"]["chrF"]["score"]
-        scores[found["direction"], found["stage"]] = chrf
+        scores[found["direction"], found["stage"]] = eval_metrics(work, step_id)["chrF"]["score"]
     for direction in sorted({direction for direction, _ in scores}):
         assert scores[direction, "rerank"] >= scores[direction, "baseline"], (direction, scores)
-        step, _, output = recipe.steps[f"eval_rerank_{direction}"].inputs["hyp"].partition(".")
-        (hyp_dir,) = work.glob(f"steps/{step}-*")
-        lines = hypothesis_lines(hyp_dir, output)
+        lines = stage_lines(recipe, work, f"eval_rerank_{direction}")
         share = sum(repeats(line, direction.endswith("ja")) for line in lines) / len(lines)
         assert share < 0.08, (direction, share)
 
@@ -233,8 +226,7 @@ def check_stage_significance(
     assert done.returncode == 0, done.stderr[-3000:]
     bleu = {}
     for step_id in evals:
-        (manifest_path,) = work.glob(f"steps/{step_id}-*/manifest.json")
-        bleu[step_id] = json.loads(manifest_path.read_text())["metrics"]["BLEU"]["score"]
+        bleu[step_id] = eval_metrics(work, step_id)["BLEU"]["score"]
     rows = [line.split(" | ") for line in done.stdout.splitlines()[2:]]
     stages: dict[str, list[str]] = {}
     for step_id in bleu:  # recipe order is not sorted order: compare the sets of pairs
@@ -248,6 +240,19 @@ def check_stage_significance(
         delta = bleu[f"eval_{after}_{direction}"] - bleu[f"eval_{before}_{direction}"]
         assert abs(float(row[2]) - delta) < 0.006, (row, delta)
         assert 0 <= float(row[3]) <= 1 and 0 <= float(row[5].strip(" |")) <= 1, row
+
+
+def eval_metrics(work: Path, step_id: str) -> dict:
+    """The metrics an evaluate step's manifest records."""
+    (manifest_path,) = work.glob(f"steps/{step_id}-*/manifest.json")
+    return json.loads(manifest_path.read_text())["metrics"]
+
+
+def stage_lines(recipe, work: Path, step_id: str) -> list[str]:
+    """The hypothesis lines an evaluate step scored."""
+    step, _, output = recipe.steps[step_id].inputs["hyp"].partition(".")
+    (hyp_dir,) = work.glob(f"steps/{step}-*")
+    return hypothesis_lines(hyp_dir, output)
 
 
 def hypothesis_lines(step_dir: Path, output: str) -> list[str]:
