@@ -264,3 +264,60 @@ def build(
     copies = sorted(int(i) for i in rng.permutation(clean)[:per_defect])
     labeled.add("duplicate", duplicate([labeled.pairs[i] for i in copies], ctx, rng))
     return labeled
+
+
+# --- news-length corpora for the speed benches ----------------------------------------------
+
+
+def system_pairs(a: str, b: str) -> list[Pair]:
+    """Every WMT21-23 news/general source line paired with each submitted system's output of
+    it, both directions, as (a, b) pairs: news-length sentences with real machine-translated
+    sides. Pairs holding a line-break character are left out (OpusFilter reads text with
+    universal newlines, which would split them), and sides are right-stripped (OpusFilter
+    writes ``line.rstrip()``)."""
+    pairs: list[Pair] = []
+    for src, tgt in ((a, b), (b, a)):
+        folder = f"{src}-{tgt}"
+        for source in sorted(glob.glob(str(DATA / folder / WMT / "txt/sources/*"))):
+            test = Path(source).name.split(".")[0]
+            outputs = Path(source).parents[1] / "system-outputs"
+            sources = _lines(source)
+            for hyp in sorted(glob.glob(str(outputs / f"{test}.{folder}.hyp.*"))):
+                lines = _lines(hyp)
+                if len(lines) != len(sources):
+                    continue
+                for x, y in zip(sources, lines, strict=True):
+                    if any(c in x + y for c in _BREAKS):
+                        continue
+                    pair = (x.rstrip(), y.rstrip())
+                    pairs.append(pair if src == a else (pair[1], pair[0]))
+    return pairs
+
+
+CRAWL_DEFECTS = ("markup", "char_repetition", "truncation", "repeated", "empty", "copy")
+"""The defects :func:`news_corpus` adds: the crawl-like ones that need no third language."""
+
+
+def news_corpus(
+    a: str, b: str, target: int, defect_share: float = 0.1, seed: int = 1
+) -> tuple[list[Pair], int]:
+    """At least ``target`` pairs: :func:`system_pairs` repeated, each repeat with another
+    ``defect_share`` of its pairs given one crawl-like defect (a different random subset and
+    defect per repeat, so repeats are not byte-identical). Returns the pairs and the size of
+    the real pool they were made from."""
+    pool = system_pairs(a, b)
+    if not pool:
+        raise SystemExit(f"no WMT system outputs for {a}-{b} under {DATA}")
+    rng = np.random.default_rng(seed)
+    ctx = DefectContext((a, b), pool)
+    out: list[Pair] = []
+    while len(out) < target:
+        chunk = list(pool)
+        picked = rng.permutation(len(chunk))[: int(defect_share * len(chunk))]
+        per = np.array_split(picked, len(CRAWL_DEFECTS))
+        for name, rows in zip(CRAWL_DEFECTS, per, strict=True):
+            changed = DEFECTS[name]([chunk[i] for i in rows], ctx, rng)
+            for i, pair in zip(rows, changed, strict=True):
+                chunk[i] = (pair[0].rstrip(), pair[1].rstrip())
+        out.extend(chunk)
+    return out[:target], len(pool)

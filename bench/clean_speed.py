@@ -19,6 +19,18 @@ runs with ``opusfilter`` in its own venv (``bench/.venv-opusfilter``, made on fi
 Printed: pairs/s of each, the speed-up ratios, and how many keep/drop decisions agree.
 
     .venv/bin/python bench/clean_speed.py [--repeat 10] [--skip-opusfilter]
+
+``--corpus news`` measures the data path on news-length sentences instead (issue 24): every
+WMT21-23 source line of a pair with each system's output of it, both directions (zh-en: CJK,
+cs-en: Latin), repeated to ``--pairs`` pairs (1M by default) with a tenth of each repeat given a
+crawl-like defect (markup, repeated characters, truncation, a repeated or empty side, a copied
+source). Per language pair it prints, each as seconds, pairs/s and MB/s of input: ingestion
+(the ``fetch`` step of a ``local`` data entry through the default input policy, with its cold
+content fingerprint apart) and the ``clean`` step with 1 and 2 workers; a bare Python loop over
+the two files; whole ``mtcore run`` processes (fetch + clean) on one core (``taskset -c 0``,
+one worker) and with two workers, beside OpusFilter on one core; and the keep/drop agreement.
+
+    .venv/bin/python bench/clean_speed.py --corpus news [--pairs 1000000] [--pair zh-en|cs-en]
 """
 
 from __future__ import annotations
@@ -95,22 +107,31 @@ def base_pairs_sample(files: dict[str, Path]) -> list[tuple[str, str]]:
         return [(a[:-1], b[:-1]) for a, b, _ in zip(en, ja, range(1000), strict=False)]
 
 
-def write_corpus(folder: Path, pairs: list[tuple[str, str]], repeat: int) -> dict[str, Path]:
+def write_corpus(
+    folder: Path,
+    pairs: list[tuple[str, str]],
+    repeat: int,
+    langs: tuple[str, ...] = ("en", "ja"),
+) -> dict[str, Path]:
     from mtcore.step import write_artifact_meta
 
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
-    for side, lang in enumerate(("en", "ja")):
+    for side, lang in enumerate(langs):
         blob = "".join(p[side] + "\n" for p in pairs).encode("utf-8")
         files[lang] = folder / f"corpus.{lang}"
         with open(files[lang], "wb") as handle:
             for _ in range(repeat):
                 handle.write(blob)
-    write_artifact_meta(folder, type="parallel", langs=["en", "ja"], name="corpus")
+    write_artifact_meta(folder, type="parallel", langs=list(langs), name="corpus")
     return files
 
 
-def run_opusfilter(files: dict[str, Path], work: Path) -> tuple[float, Path]:
+def run_opusfilter(
+    files: dict[str, Path], work: Path, prefix: tuple[str, ...] = ()
+) -> tuple[float, Path]:
+    """OpusFilter's whole process on ``files`` (``prefix``: e.g. ``taskset -c 0``); its
+    outputs are ``out.<lang>`` in the returned folder."""
     from _opusfilter import opusfilter_bin
 
     command = opusfilter_bin()
@@ -122,8 +143,8 @@ def run_opusfilter(files: dict[str, Path], work: Path) -> tuple[float, Path]:
             {
                 "type": "filter",
                 "parameters": {
-                    "inputs": [str(files["en"]), str(files["ja"])],
-                    "outputs": ["out.en", "out.ja"],
+                    "inputs": [str(path) for path in files.values()],
+                    "outputs": [f"out.{lang}" for lang in files],
                     "filters": OPUSFILTER_CHAIN,
                 },
             }
@@ -133,7 +154,7 @@ def run_opusfilter(files: dict[str, Path], work: Path) -> tuple[float, Path]:
     path.write_text(yaml.safe_dump(config))
     start = time.perf_counter()
     subprocess.run(
-        [str(command), str(path)],
+        [*prefix, str(command), str(path)],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -144,24 +165,31 @@ def run_opusfilter(files: dict[str, Path], work: Path) -> tuple[float, Path]:
 def run_mtcore(
     corpus: Path, work: Path, executor: Any, shard_size: int = 20_000
 ) -> tuple[float, Path]:
-    from mtcore.registry import load_registry
-    from mtcore.step import Artifact, StepContext
+    from mtcore.step import Artifact
     from mtcore_plugins.steps.clean import CleanStep
 
     step = CleanStep.from_dict({"filters": MTCORE_CHAIN, "shard_size": shard_size})
+    return timed_step(step, work, {"corpus": Artifact.open(corpus)}, executor), work / "corpus"
+
+
+def timed_step(step: Any, work: Path, inputs: dict[str, Any], executor: Any) -> float:
+    """Seconds ``step.run`` takes in a context of its own (the registry loaded before)."""
+    from mtcore.registry import load_registry
+    from mtcore.step import StepContext
+
     ctx = StepContext(
-        step_id="clean",
-        kind="clean",
+        step_id=step.name,
+        kind=step.name,
         step_hash="bench",
         work=work,
-        inputs={"corpus": Artifact.open(corpus)},
+        inputs=inputs,
         executor=executor,
         registry=load_registry(),
         show_progress=False,
     )
     start = time.perf_counter()
-    step.run(ctx)  # type: ignore[arg-type]
-    return time.perf_counter() - start, work / "corpus"
+    step.run(ctx)
+    return time.perf_counter() - start
 
 
 def warm_executor(workers: int, sample: Path, work: Path) -> tuple[Any, float]:
@@ -181,8 +209,8 @@ def kept_mask(inputs: dict[str, Path], outputs: dict[str, Path]) -> list[bool]:
     def lines(path: Path) -> list[str]:
         return path.read_text(encoding="utf-8").split("\n")[:-1]
 
-    source = list(zip(lines(inputs["en"]), lines(inputs["ja"]), strict=True))
-    kept = list(zip(lines(outputs["en"]), lines(outputs["ja"]), strict=True))
+    source = list(zip(*(lines(inputs[lang]) for lang in inputs), strict=True))
+    kept = list(zip(*(lines(outputs[lang]) for lang in inputs), strict=True))
     mask, j = [], 0
     for pair in source:
         hit = j < len(kept) and kept[j] == pair
@@ -193,13 +221,149 @@ def kept_mask(inputs: dict[str, Path], outputs: dict[str, Path]) -> list[bool]:
     return mask
 
 
+NEWS_PAIRS = {"zh-en": ("zh", "en"), "cs-en": ("cs", "en")}
+
+
+def write_plain(
+    folder: Path, langs: tuple[str, ...], pairs: list[tuple[str, str]]
+) -> dict[str, Path]:
+    """The pairs as a user has them: one plain UTF-8 file per language, ``raw.<lang>``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for side, lang in enumerate(langs):
+        files[lang] = folder / f"raw.{lang}"
+        files[lang].write_bytes("".join(p[side] + "\n" for p in pairs).encode("utf-8"))
+    return files
+
+
+def rate(label: str, seconds: float, pairs: int, size: int) -> str:
+    return (
+        f"{label}: {seconds:.2f} s, {pairs / seconds:,.0f} pairs/s, "
+        f"{size / seconds / 1e6:,.0f} MB/s"
+    )
+
+
+def run_fetch(files: dict[str, Path], work: Path, executor: Any) -> tuple[float, Path]:
+    """The fetch step of a ``local`` data entry over ``files``, default input policy."""
+    from mtcore_plugins.steps.fetch import FetchStep
+
+    config = {"files": {lang: str(path) for lang, path in files.items()}}
+    step = FetchStep.from_dict({"source": "local", "config": config})
+    return timed_step(step, work, {}, executor), work / "corpus"
+
+
+def bare_loop(files: dict[str, Path]) -> float:
+    """A Python loop that reads the files' lines in pairs and does nothing with them."""
+    start = time.perf_counter()
+    a, b = files.values()
+    with open(a, encoding="utf-8") as x, open(b, encoding="utf-8") as y:
+        for _pair in zip(x, y, strict=True):
+            pass
+    return time.perf_counter() - start
+
+
+def whole_run(
+    files: dict[str, Path], work: Path, workers: int, prefix: tuple[str, ...] = ()
+) -> tuple[float, Path]:
+    """``mtcore run`` of a recipe with one data entry and one clean step, in a fresh workdir
+    and a fresh file-hash memory (a first run: the fingerprint reads the files)."""
+    recipe = {
+        "name": "bench",
+        "executor": {"workers": workers},
+        "data": {"raw": {"source": "local", "files": {k: str(v) for k, v in files.items()}}},
+        "steps": {"clean": {"kind": "clean", "inputs": {"corpus": "raw"}, "filters": MTCORE_CHAIN}},
+    }
+    work.mkdir(parents=True)
+    path = work / "bench.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    env = {**os.environ, "MTCORE_CACHE": str(work / "cache")}
+    command = [*prefix, str(ROOT / ".venv" / "bin" / "mtcore"), "run", str(path)]
+    start = time.perf_counter()
+    subprocess.run([*command, "-w", str(work / "w"), "-q"], check=True, env=env)
+    seconds = time.perf_counter() - start
+    (out,) = (work / "w" / "steps").glob("clean-*/corpus")
+    return seconds, out
+
+
+def news_bench(pair: str, target: int, skip_opusfilter: bool) -> None:
+    from _cleaning_data import news_corpus
+
+    from mtcore.hashing import hash_file
+    from mtcore_plugins.executors.local import LocalExecutor
+
+    langs = NEWS_PAIRS[pair]
+    pairs, pool = news_corpus(*langs, target)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        files = write_plain(work / "input", langs, pairs)
+        size = sum(path.stat().st_size for path in files.values())
+        total = len(pairs)
+        print(
+            f"\n== {pair}: {total:,} pairs from {pool:,} WMT21-23 source/system-output pairs, "
+            f"{size / 1e6:,.0f} MB"
+        )
+        start = time.perf_counter()
+        for path in files.values():
+            hash_file(path)
+        print(rate("content fingerprint (sha256, cold; once per file version)",
+                   time.perf_counter() - start, total, size))  # fmt: skip
+        fetched: dict[int, Path] = {}
+        cleaned: dict[int, tuple[float, Path]] = {}
+        for workers in (1, 2):
+            executor = LocalExecutor.from_dict({"workers": workers})
+            try:
+                seconds, fetched[workers] = run_fetch(files, work / f"fetch-{workers}", executor)
+                print(rate(f"ingestion (fetch step), {workers} worker(s)", seconds, total, size))
+                # start the workers and compile the kernels first, as warm_executor does
+                warm = write_corpus(work / f"warm-in-{workers}", pairs[:1000], 1, langs)
+                run_mtcore(warm[langs[0]].parent, work / f"warm-{workers}", executor, 100)
+                cleaned[workers] = run_mtcore(fetched[workers], work / f"clean-{workers}", executor)
+                print(rate(f"clean step, {workers} worker(s)", cleaned[workers][0], total, size))
+            finally:
+                executor.close()
+        same = all(
+            (fetched[1] / f"corpus.{lang}").read_bytes()
+            == (fetched[2] / f"corpus.{lang}").read_bytes()
+            for lang in langs
+        )
+        print(f"ingestion with 1 and 2 workers identical: {same}")
+        loop = bare_loop(files)
+        print(rate("bare Python loop over the two files", loop, total, size))
+        one = cleaned[1][0]
+        print(f"clean step (1 worker) / bare loop: {one / loop:.1f}x")
+        whole1, out1 = whole_run(files, work / "run-1", 1, ("taskset", "-c", "0"))
+        print(rate("mtcore run (fetch + clean), 1 core, 1 worker", whole1, total, size))
+        whole2, _ = whole_run(files, work / "run-2", 2)
+        print(rate("mtcore run (fetch + clean), 2 workers", whole2, total, size))
+        if skip_opusfilter:
+            return
+        peer, peer_out = run_opusfilter(files, work, ("taskset", "-c", "0"))
+        print(rate("OpusFilter 3.3.1 whole process, 1 core", peer, total, size))
+        print(f"OpusFilter (1 core) / mtcore clean step (1 worker): {peer / one:.1f}x")
+        print(f"OpusFilter (1 core) / mtcore run (1 core): {peer / whole1:.1f}x")
+        ours = kept_mask(files, {lang: out1 / f"corpus.{lang}" for lang in files})
+        theirs = kept_mask(files, {lang: peer_out / f"out.{lang}" for lang in files})
+        agree = sum(a == b for a, b in zip(ours, theirs, strict=True))
+        print(
+            f"keep/drop agreement with OpusFilter: {agree}/{len(ours)} "
+            f"({100 * agree / len(ours):.3f} %); kept: mtcore {sum(ours)}, OpusFilter {sum(theirs)}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--skip-opusfilter", action="store_true")
+    parser.add_argument("--corpus", choices=("small", "news"), default="small")
+    parser.add_argument("--pairs", type=int, default=1_000_000, help="with --corpus news")
+    parser.add_argument("--pair", choices=sorted(NEWS_PAIRS), help="with --corpus news")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.corpus == "news":
+        for pair in [args.pair] if args.pair else list(NEWS_PAIRS):
+            news_bench(pair, args.pairs, args.skip_opusfilter)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         files = write_corpus(work / "input", base_pairs(), args.repeat)

@@ -105,19 +105,12 @@ class LineReader:
                 if self.select is not None and not self.select(raw[:256].lstrip()):
                     self._skip_rest(handle, raw, number)
                     continue
-                if len(raw) > limit + 1 or (len(raw) == limit + 2 and not raw.endswith(b"\n")):
+                # longer than the limit without its \n (a last line without one included)
+                if len(raw) - raw.endswith(b"\n") > limit:
                     self._skip_rest(handle, raw, number)
-                    yield (
-                        number,
-                        self._rule(
-                            "too_long",
-                            number,
-                            f"line longer than {limit} bytes "
-                            "(raise input.max_line_bytes or set input.too_long: drop)",
-                        ),
-                    )
+                    yield number, too_long(self.path, number, self.policy, self.stats)
                     continue
-                yield number, self._decode(raw, number)
+                yield number, decode_line(raw, self.path, number, self.policy, self.stats)
 
     def _readline(self, handle: IO[bytes], size: int, number: int) -> bytes:
         try:
@@ -135,61 +128,111 @@ class LineReader:
             if not raw:
                 return
 
-    def _decode(self, raw: bytes, number: int) -> str | None:
-        if raw.endswith(b"\n"):
-            raw = raw[:-1]
-        if raw.endswith(b"\r"):
-            if self.policy.crlf == "error":
-                return self._rule("crlf", number, "CR LF line end (set input.crlf: strip)")
-            raw = raw[:-1]
-            self.stats.add("input.crlf_stripped")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            if self.policy.invalid_utf8 == "replace":
-                self.stats.add("input.invalid_utf8_replaced")
-                text = raw.decode("utf-8", errors="replace")
-            else:
-                return self._rule(
-                    "invalid_utf8",
-                    number,
-                    f"invalid UTF-8 at byte {exc.start} "
-                    f"({raw[exc.start : exc.start + 4]!r}); the file must be UTF-8 text "
-                    "(or set input.invalid_utf8: replace | drop)",
-                )
-        if number == 1 and text.startswith(BOM):
-            if self.policy.bom == "error":
-                return self._rule(
-                    "bom", number, "byte-order mark at the start (set input.bom: strip)"
-                )
-            text = text[1:]
-            self.stats.add("input.bom_stripped")
-        if "\x00" in text:
-            if self.policy.nul == "strip":
-                self.stats.add("input.nul_stripped")
-                text = text.replace("\x00", "")
-            else:
-                return self._rule("nul", number, "NUL byte in line (set input.nul: strip | drop)")
-        if INNER_BREAKS.search(text):
-            if self.policy.inner_breaks == "space":
-                self.stats.add("input.inner_breaks_replaced")
-                text = INNER_BREAKS.sub(" ", text)
-            else:
-                return self._rule(
-                    "inner_breaks",
-                    number,
-                    "line-break character inside the line "
-                    "(\\r, U+2028, ...) (set input.inner_breaks: space | drop)",
-                )
-        return text
 
-    def _rule(self, rule: str, number: int, message: str) -> str | None:
-        """Drops the line (returns None) or raises, as the policy for ``rule`` says."""
-        action = getattr(self.policy, rule)
-        if action == "drop":
-            self.stats.add(f"input.{rule}_dropped")
-            return None
-        raise DataError(f"{self.path}:{number}: {message}")
+def too_long(path: object, number: int, policy: InputPolicy, stats: Stats) -> str | None:
+    """A line over ``policy.max_line_bytes``: dropped (None) or an error, as the policy says."""
+    return policy_rule(
+        "too_long",
+        path,
+        number,
+        f"line longer than {policy.max_line_bytes} bytes "
+        "(raise input.max_line_bytes or set input.too_long: drop)",
+        policy,
+        stats,
+    )
+
+
+def decode_line(
+    raw: bytes, path: object, number: int, policy: InputPolicy, stats: Stats
+) -> str | None:
+    """Line ``number`` of ``path`` (its bytes, ``\n`` included or not) through the policy: the
+    text, None if the policy drops it, or a :class:`DataError` naming file and line. The one
+    definition of what the rules do, shared by :class:`LineReader` and the sharded reader
+    (:mod:`mtcore.ingest`)."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+    if raw.endswith(b"\r"):
+        if policy.crlf == "error":
+            return policy_rule(
+                "crlf", path, number, "CR LF line end (set input.crlf: strip)", policy, stats
+            )
+        raw = raw[:-1]
+        stats.add("input.crlf_stripped")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if policy.invalid_utf8 == "replace":
+            stats.add("input.invalid_utf8_replaced")
+            text = raw.decode("utf-8", errors="replace")
+        else:
+            return policy_rule(
+                "invalid_utf8",
+                path,
+                number,
+                f"invalid UTF-8 at byte {exc.start} "
+                f"({raw[exc.start : exc.start + 4]!r}); the file must be UTF-8 text "
+                "(or set input.invalid_utf8: replace | drop)",
+                policy,
+                stats,
+            )
+    if number == 1 and text.startswith(BOM):
+        if policy.bom == "error":
+            return policy_rule(
+                "bom",
+                path,
+                number,
+                "byte-order mark at the start (set input.bom: strip)",
+                policy,
+                stats,
+            )
+        text = text[1:]
+        stats.add("input.bom_stripped")
+    if "\x00" in text:
+        if policy.nul == "strip":
+            stats.add("input.nul_stripped")
+            text = text.replace("\x00", "")
+        else:
+            return policy_rule(
+                "nul", path, number, "NUL byte in line (set input.nul: strip | drop)", policy, stats
+            )
+    if INNER_BREAKS.search(text):
+        if policy.inner_breaks == "space":
+            stats.add("input.inner_breaks_replaced")
+            text = INNER_BREAKS.sub(" ", text)
+        else:
+            return policy_rule(
+                "inner_breaks",
+                path,
+                number,
+                "line-break character inside the line "
+                "(\\r, U+2028, ...) (set input.inner_breaks: space | drop)",
+                policy,
+                stats,
+            )
+    return text
+
+
+def policy_rule(
+    rule: str, path: object, number: int, message: str, policy: InputPolicy, stats: Stats
+) -> str | None:
+    """Drops the line (returns None) or raises, as the policy for ``rule`` says."""
+    if getattr(policy, rule) == "drop":
+        stats.add(f"input.{rule}_dropped")
+        return None
+    raise DataError(f"{path}:{number}: {message}")
+
+
+def empty_pair(
+    pair: Sequence[str], path: object, number: int, policy: InputPolicy, stats: Stats
+) -> bool:
+    """Whether the policy drops ``pair`` for an empty (or all-space) side; raises for
+    ``empty: error``."""
+    if policy.empty == "keep" or all(t.strip() for t in pair):
+        return False
+    if policy.empty == "error":
+        raise DataError(f"{path}:{number}: empty segment (set input.empty: keep | drop)")
+    stats.add("input.empty_dropped")
+    return True
 
 
 def read_parallel(paths: Sequence[Input], policy: InputPolicy, stats: Stats) -> Iterator[Pair]:
@@ -230,14 +273,8 @@ def zip_aligned(
             stats.add("input.pairs_dropped")
             continue
         pair = tuple(t for t in texts if t is not None)
-        if any(not t.strip() for t in pair):
-            if policy.empty == "error":
-                raise DataError(
-                    f"{paths[0]}:{number}: empty segment (set input.empty: keep | drop)"
-                )
-            if policy.empty == "drop":
-                stats.add("input.empty_dropped")
-                continue
+        if empty_pair(pair, paths[0], number, policy, stats):
+            continue
         yield pair
 
 

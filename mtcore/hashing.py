@@ -56,8 +56,50 @@ def hash_tree(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
         if path.suffix == LOG_SUFFIX:
             continue
         if path.is_file():
-            out[rel.as_posix()] = hash_file(path)
+            out[rel.as_posix()] = linked_hash(path) or hash_file(path)
     return out
+
+
+def linked_files(root: Path) -> dict[str, list[int]]:
+    """``[size, mtime_ns]`` of every file under ``root`` that has other hard links (an input
+    the fetch step linked instead of copying, :mod:`mtcore.ingest`): the runner records them
+    and runs the step again if one changed, since a change to the linked file changes the
+    output too."""
+    out: dict[str, list[int]] = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        if path.is_file() and st.st_nlink > 1:
+            out[path.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def linked_hash(path: Path) -> str | None:
+    """The remembered sha256 (:func:`content_hash`) of a file ``path`` is a hard link of: the
+    same inode, size and mtime, checked on the remembered path; None if there is none."""
+    st = path.stat()
+    if st.st_nlink < 2:
+        return None
+    try:
+        db = _open_memory()
+    except (OSError, sqlite3.Error):
+        return None
+    try:
+        with db:
+            rows = db.execute(
+                "SELECT path, sha256 FROM files WHERE inode = ? AND size = ? AND mtime_ns = ?",
+                (st.st_ino, st.st_size, st.st_mtime_ns),
+            ).fetchall()
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+    for other, digest in rows:
+        try:
+            if os.path.samefile(other, path):
+                return str(digest)
+        except OSError:
+            continue
+    return None
 
 
 def cache_home() -> Path:

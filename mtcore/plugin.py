@@ -54,6 +54,19 @@ class Source(Plugin):
         additionally checks every yielded segment for newlines and NUL bytes."""
         raise NotImplementedError
 
+    def line_files(self, stats: Any) -> list[Path] | None:
+        """The corpus as line-aligned text files on disk (plain, ``.gz`` or ``.xz``), one per
+        language in column order, downloaded first by a source that downloads. The fetch step
+        then reads them sharded over the executor (:mod:`mtcore.ingest`) through the same input
+        policy, giving what :meth:`read` would. None (the default): it iterates :meth:`read`."""
+        return None
+
+    def explain(self, exc: Exception) -> Exception:
+        """``exc`` (a :class:`mtcore.errors.DataError` naming one of :meth:`line_files`) with
+        what the source knows about that file added, e.g. the address it was downloaded
+        from; by default ``exc`` itself."""
+        return exc
+
 
 class Filter(Plugin):
     """OpusFilter's split: ``score`` a batch, then ``accept`` each score.

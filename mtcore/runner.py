@@ -19,7 +19,7 @@ import yaml
 
 from mtcore import __version__
 from mtcore.errors import MtcoreError, StepError
-from mtcore.hashing import hash_tree
+from mtcore.hashing import hash_tree, linked_files
 from mtcore.plan import PlannedStep, make_plan, step_dir
 from mtcore.plugin import Executor
 from mtcore.recipe import Recipe, split_reference
@@ -59,6 +59,26 @@ class RunResult:
 
 def is_complete(path: Path) -> bool:
     return (path / MANIFEST).is_file()
+
+
+def _links_changed(step_id: str, final: Path) -> bool:
+    """Whether an output file that is a hard link of an input file (see
+    :func:`mtcore.hashing.linked_files`) changed since the step ran: the step runs again."""
+    recorded = read_manifest(final).get("linked") or {}
+    if not recorded:
+        return False
+    for rel, stat in recorded.items():
+        path = final / rel
+        st = path.stat() if path.is_file() else None
+        if st is None or [st.st_size, st.st_mtime_ns] != stat:
+            log.warning(
+                "step %s: %s is a hard link of an input file that changed since the step ran; "
+                "running the step again",
+                step_id,
+                final / rel,
+            )
+            return True
+    return False
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -171,7 +191,7 @@ class Runner:
             try:
                 for planned in plan:
                     final = step_dir(self.workdir, planned)
-                    if is_complete(final):
+                    if is_complete(final) and not _links_changed(planned.id, final):
                         log.info("step %s: cached (%s)", planned.id, final.name)
                         result.results.append(
                             StepResult(planned, "cached", read_manifest(final), final)
@@ -259,6 +279,7 @@ class Runner:
             "counts": ctx.stats.as_dict(),
             "metrics": ctx.metrics,
             "outputs": hash_tree(work, skip=(MANIFEST,)),
+            "linked": linked_files(work),
             "seconds": round(seconds, 3),
             "resumed": resumed,
         }

@@ -14,14 +14,17 @@ line).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
 
+from mtcore.archives import CORRUPT, open_compressed
 from mtcore.corpus import BOM, INNER_BREAKS
 from mtcore.errors import DataError
 from mtcore.plugin import Pair
@@ -312,49 +315,63 @@ class BlockReader:
 
     CHUNK = 1 << 22
 
-    def __init__(self, paths: Sequence[Path], lines: int) -> None:
+    def __init__(self, paths: Sequence[Path], lines: int, decompress: bool = False) -> None:
+        """``decompress``: read ``.gz``/``.xz`` files (by name) as their text."""
         self.paths = [Path(p) for p in paths]
         self.lines = lines
+        self.decompress = decompress
 
     def __iter__(self) -> Iterator[RawBlock]:
-        handles = [open(p, "rb") for p in self.paths]  # noqa: SIM115 (closed below)
-        try:
-            buffers = [_LineBuffer(h) for h in handles]
-            first = 1
-            while True:
-                parts = [b.take(self.lines) for b in buffers]
-                counts = [len(ends) for _, ends in parts]
-                if max(counts) == 0:
-                    return
-                if min(counts) != max(counts):
-                    short = self.paths[counts.index(min(counts))]
-                    long_ = self.paths[counts.index(max(counts))]
-                    have = first - 1 + min(counts)
-                    raise DataError(
-                        f"{short} has {have} lines but {long_} has more (line {have + 1} has no "
-                        "partner): the files of a parallel corpus must have equal line counts"
-                    )
-                yield RawBlock(
-                    tuple(raw for raw, _ in parts),
-                    tuple(ends for _, ends in parts),
-                    first,
-                    tuple(str(p) for p in self.paths),
+        with contextlib.ExitStack() as stack:
+            if self.decompress:
+                handles = [stack.enter_context(open_compressed(p)) for p in self.paths]
+            else:
+                handles = [stack.enter_context(open(p, "rb")) for p in self.paths]
+            yield from self._blocks(handles)
+
+    def _blocks(self, handles: list[Any]) -> Iterator[RawBlock]:
+        buffers = [_LineBuffer(h, p) for h, p in zip(handles, self.paths, strict=True)]
+        first = 1
+        while True:
+            parts = [b.take(self.lines) for b in buffers]
+            counts = [len(ends) for _, ends in parts]
+            if max(counts) == 0:
+                return
+            if min(counts) != max(counts):
+                short = self.paths[counts.index(min(counts))]
+                long_ = self.paths[counts.index(max(counts))]
+                have = first - 1 + min(counts)
+                raise DataError(
+                    f"{short} has {have} lines but {long_} has more (line {have + 1} has no "
+                    "partner): the files of a parallel corpus must have equal line counts"
                 )
-                first += counts[0]
-        finally:
-            for handle in handles:
-                handle.close()
+            yield RawBlock(
+                tuple(raw for raw, _ in parts),
+                tuple(ends for _, ends in parts),
+                first,
+                tuple(str(p) for p in self.paths),
+            )
+            first += counts[0]
 
 
 class _LineBuffer:
-    def __init__(self, handle: object) -> None:
+    def __init__(self, handle: object, path: Path) -> None:
         self.handle = handle
+        self.path = path
+        self.lines = 0  # lines taken so far, for errors
         self.buffer = b""
         self.newlines: np.ndarray = np.zeros(0, dtype=np.int64)  # offsets of \n in buffer
         self.eof = False
 
     def _fill(self) -> None:
-        chunk = self.handle.read(BlockReader.CHUNK)  # type: ignore[attr-defined]
+        try:
+            chunk = self.handle.read(BlockReader.CHUNK)  # type: ignore[attr-defined]
+        except CORRUPT as exc:
+            reached = self.lines + len(self.newlines)
+            raise DataError(
+                f"{self.path}:{reached + 1}: cannot be read after line {reached}, the file is "
+                f"truncated or corrupt ({type(exc).__name__}: {exc}); delete it and fetch it again"
+            ) from exc
         if not chunk:
             self.eof = True
             if self.buffer and not self.buffer.endswith(b"\n"):  # last line without newline
@@ -376,4 +393,5 @@ class _LineBuffer:
         ends = self.newlines[:count].copy()
         self.buffer = self.buffer[cut:]
         self.newlines = self.newlines[count:] - cut
+        self.lines += count
         return raw, ends

@@ -88,6 +88,13 @@ def with_repeats(pairs: list[tuple[str, str]], rng: random.Random) -> list[tuple
         out.append((en + " " + sep.join([unit] * times), ja))
         out.append((en, ja[:3] * times + ja))
         out.append((" ".join(words[:2] * times), ja))
+    # A unit starts with the regex's \S: Unicode White_Space (U+3000, U+00A0) never starts
+    # one, U+001F (a space to str.isspace, not to the regex) may.
+    out += [
+        ("x" + "\u3000" * 9 + "y", "\u3000\u3000\u3000abc abc abc"),
+        ("\xa0ab\xa0ab\xa0ab\xa0ab", "\x1f" * 9),
+        ("ab\xa0ab\xa0ab\xa0", "\u3000ab\u3000ab\u3000ab"),
+    ]
     return out
 
 
@@ -163,6 +170,30 @@ def test_numerals_and_punctuation_equal_opusfilter_formulas(registry):
         return -math.log(score + 1)
 
     assert got.tolist() == [penalty(a, b) for a, b in pairs]
+
+
+def test_numeral_ratios_equal_difflib_on_random_digit_strings(registry):
+    """The compiled matcher equals difflib on sequences that share runs, repeat digits, are
+    long (up to 199) and, from 200 on, are left to difflib (its autojunk heuristic)."""
+    rng = random.Random(11)
+    pairs = []
+    for _ in range(3000):
+        a = "".join(rng.choice("1123456789 0") for _ in range(rng.randint(1, 60)))
+        b = list(a)
+        for _ in range(rng.randint(0, 6)):
+            b.insert(rng.randint(0, len(b)), rng.choice("19 "))
+            if len(b) > 1:
+                del b[rng.randint(0, len(b) - 1)]
+        pairs.append((a, "".join(b if rng.random() < 0.8 else b[::-1])))
+    long_a = "".join(rng.choice("12") for _ in range(260))
+    pairs += [(long_a, long_a[::-1]), (long_a[:199], long_a[50:249]), ("7" * 230, "7" * 210)]
+    got = build(registry, "nonzero_numerals").score_block(TextBlock.from_pairs(pairs, LANGS))
+
+    def ratio(a: str, b: str) -> float:
+        digits = [[int(c) for c in s if c in string.digits and c != "0"] for s in (a, b)]
+        return difflib.SequenceMatcher(None, *digits).ratio()
+
+    assert got.tolist() == [ratio(a, b) for a, b in pairs]
 
 
 def test_lengths_and_words_equal_python_on_real_and_odd_text(registry):

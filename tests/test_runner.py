@@ -105,6 +105,29 @@ def test_source_change_invalidates_the_fetch(tmp_path, registry, enja_files):
     assert result.manifest("bitext")["counts"]["pairs_out"] == 401
 
 
+def test_unchanged_input_is_linked_and_a_changed_link_runs_again(tmp_path, registry, enja_files):
+    """Clean input files become the fetch step's output without a copy (here a hard link,
+    hashed from the file-hash memory). Edited in place, then put back as a new file with the
+    old bytes (a checkout), the source has its old fingerprint again while the cached output,
+    the same inode as the edited file, changed: the step runs again."""
+    doc = recipe_doc(enja_files)
+    first = run(doc, registry, tmp_path / "w")
+    (fetched,) = (tmp_path / "w" / "steps").glob("bitext-*/corpus/corpus.en")
+    original = enja_files["en"].read_bytes()
+    assert fetched.read_bytes() == original
+    if fetched.stat().st_ino != enja_files["en"].stat().st_ino:
+        pytest.skip("the file system cloned the file instead of linking it")
+    assert first.manifest("bitext")["linked"]["corpus/corpus.en"][0] == len(original)
+    with open(enja_files["en"], "r+b") as handle:
+        handle.write(b"X")
+    enja_files["en"].unlink()
+    enja_files["en"].write_bytes(original)  # a new inode with the old bytes
+    result = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in result.results] == ["ran", "cached", "cached"]
+    (fetched,) = (tmp_path / "w" / "steps").glob("bitext-*/corpus/corpus.en")
+    assert fetched.read_bytes() == original
+
+
 def test_until_stops_early(tmp_path, registry, enja_files):
     recipe = build_recipe(recipe_doc(enja_files), registry)
     assert [p.id for p in make_plan(recipe, registry, until="clean")] == ["bitext", "clean"]

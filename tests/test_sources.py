@@ -671,6 +671,45 @@ def test_url_read_errors_name_the_url(server, tmp_path) -> None:
         run(source)
 
 
+def fetch_step(tmp_path, source: str, config: dict) -> tuple[Path, dict]:
+    """The fetch step of a data entry run outside a recipe: its corpus folder and counts."""
+    from mtcore.step import StepContext
+    from mtcore_plugins.executors.local import LocalExecutor
+    from mtcore_plugins.steps.fetch import FetchStep
+
+    ctx = StepContext(
+        step_id="data",
+        kind="fetch",
+        step_hash="test",
+        work=tmp_path / "step",
+        inputs={},
+        executor=LocalExecutor.from_dict({"workers": 1}),
+        registry=load_registry(),
+        show_progress=False,
+    )
+    FetchStep.from_dict({"source": source, "config": config}).run(ctx)
+    return tmp_path / "step" / "corpus", ctx.stats.as_dict()
+
+
+def test_url_files_are_read_in_blocks_and_errors_name_the_url(server, tmp_path, enja) -> None:
+    """A downloaded pair of line files goes through the sharded reader: the cache file's bytes
+    as they are, and an error names both the cache file and the address."""
+    corpus, counts = fetch_step(
+        tmp_path / "a", "url", url_source(server, tmp_path).config.model_dump()
+    )
+    for lang, lines in zip(("en", "ja"), enja, strict=True):
+        assert (corpus / f"corpus.{lang}").read_text(encoding="utf-8").splitlines() == lines
+    assert counts["pairs_out"] == len(enja[0])
+    server.files["/bad.ja"] = b"ok\n\xff\n"
+    server.files["/bad.en"] = b"ok\nyes\n"
+    config = {
+        "files": {lang: {"url": server.url(f"/bad.{lang}")} for lang in ("en", "ja")},
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    with pytest.raises(DataError, match=r":2: invalid UTF-8.* is http://127\.0\.0\.1:\d+/bad\.ja"):
+        fetch_step(tmp_path / "b", "url", config)
+
+
 def test_url_fingerprint_is_pin_or_url_and_offline() -> None:
     sha = "AB" * 32
     source = UrlSource.from_dict(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+import numba
 import numpy as np
 from pydantic import Field
 
@@ -52,11 +53,71 @@ def numeral_ratios(a: TextColumn, b: TextColumn) -> np.ndarray:
         )
         mismatches = np.add.reduceat((~equal).astype(np.int64), first)
         identical[same_len[mismatches == 0]] = True
-    for row in both[~identical[both]]:
+    rest = both[~identical[both]]
+    ratio[rest] = _ratios(da, oa, ca, db, ob, cb, rest)
+    for row in rest[cb[rest] >= AUTOJUNK]:  # difflib's popular-element heuristic: its own code
         seq_a = da[oa[row] : oa[row] + ca[row]].tolist()
         seq_b = db[ob[row] : ob[row] + cb[row]].tolist()
         ratio[row] = difflib.SequenceMatcher(None, seq_a, seq_b).ratio()
     return ratio
+
+
+AUTOJUNK = 200
+"""From this length of the second sequence on, ``difflib.SequenceMatcher`` treats elements
+that make up over 1 % of it as junk; below it, :func:`_matched` is its exact equal."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _matched(a: np.ndarray, b: np.ndarray) -> int:  # pragma: no cover (compiled)
+    """``sum(size for *_, size in SequenceMatcher(None, a, b).get_matching_blocks())`` for
+    ``len(b) < 200`` (no junk): the longest match of a range, leftmost in ``a`` then in ``b``
+    among the longest, then both sides of it, as ``get_matching_blocks`` recurses."""
+    total = 0
+    stack = [(0, len(a), 0, len(b))]
+    run = np.zeros(len(b) + 1, dtype=np.int64)
+    new = np.zeros(len(b) + 1, dtype=np.int64)
+    while stack:
+        alo, ahi, blo, bhi = stack.pop()
+        best_i, best_j, best = alo, blo, 0
+        run[:] = 0
+        for i in range(alo, ahi):
+            new[:] = 0
+            for j in range(blo, bhi):
+                if a[i] == b[j]:
+                    k = (run[j] if j > blo else 0) + 1
+                    new[j + 1] = k
+                    if k > best:
+                        best_i, best_j, best = i - k + 1, j - k + 1, k
+            run, new = new, run
+        if best:
+            total += best
+            if alo < best_i and blo < best_j:
+                stack.append((alo, best_i, blo, best_j))
+            if best_i + best < ahi and best_j + best < bhi:
+                stack.append((best_i + best, ahi, best_j + best, bhi))
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def _ratios(
+    da: np.ndarray,
+    oa: np.ndarray,
+    ca: np.ndarray,
+    db: np.ndarray,
+    ob: np.ndarray,
+    cb: np.ndarray,
+    rows: np.ndarray,
+) -> np.ndarray:  # pragma: no cover (compiled)
+    """``SequenceMatcher(None, a, b).ratio()`` of each row's digit sequences (rows whose
+    second sequence reaches AUTOJUNK are left to difflib by the caller)."""
+    out = np.zeros(len(rows), dtype=np.float64)
+    for n in range(len(rows)):
+        row = rows[n]
+        a = da[oa[row] : oa[row] + ca[row]]
+        b = db[ob[row] : ob[row] + cb[row]]
+        if len(b) < 200:
+            out[n] = 2.0 * _matched(a, b) / (len(a) + len(b))
+    return out
 
 
 class NonZeroNumeralsConfig(PluginConfig):

@@ -5,9 +5,10 @@ times in a row with optional spaces between, as the regex
 match (0 if none), the maximum over the sides; kept when below the threshold.
 
 That backtracking regex is most of OpusFilter's running time. Here a compiled scan over the
-shard's code points finds the lines that can match (it checks the same repeats, except that it
-lets any non-space character start a unit, so it finds a superset) and the regex runs on those
-lines only, giving the regex's own answer."""
+shard's code points finds the regex's own match: the leftmost start, the shortest unit there
+(the lazy quantifier), its repeats taken greedily. It tries only the recurrences that begin with
+the unit's first characters, following a chain of next occurrences per line; the score is then
+counted on the matched text as OpusFilter counts it (``group(0).count(group(1)) - 1``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from mtcore.textblock import TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
 
 SPACE = 32
+# The regex module's \\s (Unicode White_Space, which is not quite str.isspace: U+001C..U+001F
+# are not in it) over U+0000..U+3001; U+3001 is not a space and stands for every code point
+# above the table, as in mtcore.textblock.
+REGEX_SPACE = np.array([bool(regex.match(r"\s", chr(c))) for c in range(0x3002)], dtype=np.bool_)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -43,23 +48,46 @@ def _repeats_at(codes: np.ndarray, i: int, size: int, k: int, end: int, threshol
 
 
 @numba.njit(cache=True, nogil=True)
-def _candidates(
+def _match_end(codes: np.ndarray, i: int, size: int, k: int, end: int) -> int:
+    """Where the greedy ``(?: *\\1)*`` after the unit ``codes[i:i+size]`` ends, its first
+    recurrence being at ``k`` (already checked)."""
+    last = k + size
+    k = last
+    while True:
+        while k < end and codes[k] == SPACE:
+            k += 1
+        if k + size > end:
+            return last
+        for t in range(size):
+            if codes[k + t] != codes[i + t]:
+                return last
+        k += size
+        last = k
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_matches(
     codes: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
     min_len: int,
     max_len: int,
     threshold: int,
-) -> np.ndarray:  # pragma: no cover (compiled)
-    """Per line: could the repetition regex match? A unit's first recurrence ``k`` starts with
-    the unit's first ``gram`` characters (two when units have at least two), so for each start
-    ``i`` only the positions holding the same gram are tried, following a chain of next
-    occurrences built per line with a small hash table, each with every unit size that puts
-    ``k`` right after the unit and its trailing spaces."""
-    out = np.zeros(len(starts), dtype=np.bool_)
+    space: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
+    """Per line, the regex's match: start and unit size and end (start -1: none). A unit's
+    first recurrence ``k`` starts with the unit's first ``gram`` characters (two when units
+    have at least two), so for each start ``i`` only the positions holding the same gram are
+    tried, following a chain of next occurrences built per line with a small hash table, each
+    with every unit size that puts ``k`` right after the unit and its trailing spaces. Starts
+    go left to right and sizes up, so the first hit is the regex's (leftmost, then lazy)."""
+    first = np.full(len(starts), -1, dtype=np.int64)
+    unit = np.zeros(len(starts), dtype=np.int64)
+    stop = np.zeros(len(starts), dtype=np.int64)
     if not len(starts):
-        return out
-    gram = 2 if min_len >= 2 else 1
+        return first, unit, stop
+    top = len(space) - 1
+    gram = min(min_len, 3)
     longest = 1
     for line in range(len(starts)):
         longest = max(longest, ends[line] - starts[line])
@@ -86,8 +114,8 @@ def _candidates(
                 r = 0
         for x in range(end - gram, start - 1, -1):
             key = np.int64(codes[x])
-            if gram == 2:
-                key = key * 1114112 + np.int64(codes[x + 1])  # type: ignore[assignment]
+            for g in range(1, gram):
+                key = key * 1114112 + np.int64(codes[x + g])
             h = (key * np.int64(-7046029254386353131)) & size_mask
             while table_line[h] == line and table_key[h] != key:
                 h = (h + 1) & size_mask
@@ -95,11 +123,11 @@ def _candidates(
             table_line[h] = line
             table_key[h] = key
             table_pos[h] = x
-        found = False
         for i in range(start, end - gram + 1):
-            if codes[i] == SPACE:
+            if space[min(codes[i], top)]:  # the unit starts with \S
                 continue
             k = nxt[i]
+            found = 0
             while k >= 0 and k - i <= max_len + 1 + widest:
                 if threshold >= 2 and nxt[k] < 0:
                     break  # k is the gram's last occurrence: no room for a second repeat
@@ -112,15 +140,17 @@ def _candidates(
                     if i + size * (threshold + 1) > end:
                         break
                     if _repeats_at(codes, i, size, k, end, threshold):
-                        found = True
+                        found = size
                         break
                 if found:
                     break
                 k = nxt[k]
             if found:
+                first[line] = i
+                unit[line] = found
+                stop[line] = _match_end(codes, i, found, k, end)
                 break
-        out[line] = found
-    return out
+    return first, unit, stop
 
 
 class RepetitionConfig(PluginConfig):
@@ -157,17 +187,21 @@ class RepetitionFilter(ArrayFilter):
         out = np.zeros(column.count, dtype=np.int64)
         if not column.count:
             return out
-        hits = _candidates(
+        first, unit, stop = _first_matches(
             column.codes,
             column.starts,
             column.ends,
             c.min_length,
             c.max_length,
             c.threshold,
+            REGEX_SPACE,
         )
-        lines = column.lines
-        for row in np.flatnonzero(hits):
-            out[row] = self.repetitions(lines[row])
+        rows = np.flatnonzero(first >= 0)
+        if not len(rows):
+            return out
+        text = column.text  # code point offsets are str offsets
+        for row, at, size, end in zip(rows, first[rows], unit[rows], stop[rows], strict=True):
+            out[row] = text[at:end].count(text[at : at + size]) - 1
         return out
 
     def score_block(self, block: TextBlock) -> np.ndarray:

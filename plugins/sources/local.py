@@ -47,7 +47,9 @@ from mtcore_plugins.sources._layout import (
     check_companions,
     check_unique,
     langs_of,
+    layout,
     read_layout,
+    text_format,
 )
 
 # A language becomes a file suffix (corpus.<lang>): no dots, slashes or spaces.
@@ -216,6 +218,13 @@ class LocalSource(Source):
     def fingerprint(self) -> str:
         """The files' content hashes (read once per file version, see content_fingerprint)."""
         return content_fingerprint(self.paths())
+
+    def line_files(self, stats: Any) -> list[Path] | None:
+        """The files themselves when they are line-aligned text, one per language."""
+        if layout(self.config) != "lines" or self.config.member is not None:
+            return None
+        paths = self.paths()
+        return paths if text_format(self.config.format, paths) == "text" else None
 
     def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
         paths = self.paths()

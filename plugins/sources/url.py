@@ -47,7 +47,9 @@ from mtcore_plugins.sources._layout import (
     check_companions,
     check_unique,
     langs_of,
+    layout,
     read_layout,
+    text_format,
 )
 
 log = logging.getLogger("mtcore.sources.url")
@@ -349,19 +351,38 @@ class UrlSource(Source):
         """The pinned sha256 of each file, else its URL (nothing is downloaded)."""
         return json.dumps([spec.sha256 or spec.url for spec in self.specs()])
 
-    def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
+    def download(self, stats: Any) -> list[Path]:
+        """The files, fetched into the cache (or found there), in ``specs`` order."""
         cfg = self.config
         cache = Path(cfg.cache_dir).expanduser().absolute() if cfg.cache_dir else default_cache()
         downloader = Downloader(cache, cfg.timeout, cfg.retries, cfg.backoff, stats)
-        specs = self.specs()
-        paths = [downloader.fetch(spec) for spec in specs]
+        return [downloader.fetch(spec) for spec in self.specs()]
+
+    def line_files(self, stats: Any) -> list[Path] | None:
+        """The downloaded files themselves when they are line-aligned text, one per language."""
+        if layout(self.config) != "lines" or self.config.member is not None:
+            return None
+        paths = self.download(stats)
+        return paths if text_format(self.config.format, paths) == "text" else None
+
+    def explain(self, exc: Exception) -> Exception:
+        """The message names cache files: say which address each came from."""
+        cfg = self.config
+        cache = Path(cfg.cache_dir).expanduser().absolute() if cfg.cache_dir else default_cache()
+        origin = [
+            f"{path} is {spec.url}"
+            for spec in self.specs()
+            if str(path := cache / spec.cached_name()) in str(exc)
+        ]
+        return DataError(f"{exc} ({'; '.join(origin)})") if origin else exc
+
+    def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
+        cfg = self.config
+        paths = self.download(stats)
         try:
             inputs: list[Input] = list(paths)
             if cfg.member is not None:
                 inputs = archive_members(paths[0], cfg.member)
             yield from read_layout(cfg, inputs, policy, stats)
-        except DataError as exc:  # the message names cache files: say where they came from
-            origin = [
-                f"{p} is {s.url}" for p, s in zip(paths, specs, strict=True) if str(p) in str(exc)
-            ]
-            raise DataError(f"{exc} ({'; '.join(origin)})" if origin else str(exc)) from exc
+        except DataError as exc:
+            raise self.explain(exc) from exc

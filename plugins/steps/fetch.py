@@ -9,9 +9,10 @@ from pydantic import Field
 from mtcore.corpus import INNER_BREAKS, CorpusWriter, InputPolicy
 from mtcore.errors import DataError
 from mtcore.hashing import drop_unset
+from mtcore.ingest import ingest
 from mtcore.plugin import Pair, PluginConfig, Source, identity_dict
 from mtcore.registry import Registry
-from mtcore.step import Step, StepContext
+from mtcore.step import Step, StepContext, write_artifact_meta
 
 
 class FetchConfig(PluginConfig):
@@ -31,6 +32,7 @@ class FetchStep(Step):
 
     name = "fetch"
     Config = FetchConfig
+    config: FetchConfig
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
 
     def _source(self, registry: Registry) -> Source:
@@ -60,6 +62,26 @@ class FetchStep(Step):
         source = self._source(ctx.registry)
         policy = self.config.input
         langs = source.langs()
+        # Line-aligned files: read in blocks over the executor, the same pairs and counts as
+        # below (with max_pairs, the serial reader stops at the cut without reading on).
+        files = source.line_files(ctx.stats) if self.config.max_pairs is None else None
+        if files is not None:
+            folder = ctx.output("corpus")
+            out = [folder / f"corpus.{lang}" for lang in langs]
+            with ctx.progress(None, "fetch") as bar:
+                try:
+                    lines = ingest(files, out, policy, ctx.stats, ctx.executor, bar)
+                except DataError as exc:
+                    raise source.explain(exc) from exc
+            write_artifact_meta(
+                folder,
+                type="parallel" if len(langs) > 1 else "monolingual",
+                langs=list(langs),
+                name="corpus",
+                lines=lines,
+            )
+            ctx.stats.add("pairs_out", lines)
+            return
         with (
             CorpusWriter(ctx.output("corpus"), langs) as writer,
             ctx.progress(None, "fetch") as bar,
