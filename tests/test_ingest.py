@@ -132,3 +132,37 @@ def test_workers_give_the_same_bytes(tmp_path, monkeypatch):
     assert pairs == expected
     assert stats.as_dict() == counts.as_dict()
     assert counts["input.invalid_utf8_dropped"] == 16  # lines 0, 13, ..., 195
+
+
+def test_split_copies_lines_in_blocks_as_the_seeded_choice_says(tmp_path, monkeypatch):
+    """The split step cuts blocks of bytes: the same three corpora, in corpus order, as
+    picking the seeded random sample pair by pair, whatever the block size."""
+    import random
+
+    from mtcore.corpus import CorpusWriter
+    from mtcore.step import Artifact, StepContext
+    from mtcore_plugins.steps import split as split_module
+
+    pairs = [(f"line {i} ünï", f"行 {i}") for i in range(500)]
+    with CorpusWriter(tmp_path / "c", ("en", "ja")) as writer:
+        writer.write_all(pairs)
+    chosen = random.Random(3).sample(range(len(pairs)), 70)
+    role = dict.fromkeys(chosen[:50], "valid") | dict.fromkeys(chosen[50:], "test")
+    for block in (7, 100_000):
+        monkeypatch.setattr(split_module, "BLOCK_LINES", block)
+        ctx = StepContext(
+            step_id="split",
+            kind="split",
+            step_hash="test",
+            work=tmp_path / f"split-{block}",
+            inputs={"corpus": Artifact.open(tmp_path / "c")},
+            executor=SERIAL,
+            registry=None,  # type: ignore[arg-type]
+            show_progress=False,
+        )
+        split_module.SplitStep.from_dict({"valid_size": 50, "test_size": 20, "seed": 3}).run(ctx)
+        for name in ("train", "valid", "test"):
+            expected = [p for i, p in enumerate(pairs) if role.get(i, "train") == name]
+            for side, lang in enumerate(("en", "ja")):
+                text = (ctx.work / name / f"corpus.{lang}").read_text(encoding="utf-8")
+                assert text == "".join(p[side] + "\n" for p in expected)

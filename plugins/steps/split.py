@@ -5,12 +5,16 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
+import numpy as np
 from pydantic import Field
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError
 from mtcore.plugin import PluginConfig
 from mtcore.step import Step, StepContext
+from mtcore.textblock import BlockReader
+
+BLOCK_LINES = 100_000
 
 
 class SplitConfig(PluginConfig):
@@ -38,11 +42,23 @@ class SplitStep(Step):
                 f"{self.config.valid_size} + {self.config.test_size} and keep any for training"
             )
         chosen = random.Random(self.config.seed).sample(range(total), held)
-        role = dict.fromkeys(chosen[: self.config.valid_size], 1)
-        role.update(dict.fromkeys(chosen[self.config.valid_size :], 2))
+        # held-out line numbers in order, with their split (1 valid, 2 test): memory for the
+        # held-out pairs only, whatever the corpus size
+        order = np.argsort(chosen, kind="stable")
+        held_at = np.asarray(chosen, dtype=np.int64)[order]
+        held_role = np.where(order < self.config.valid_size, 1, 2).astype(np.int8)
         writers = [CorpusWriter(ctx.output(name), corpus.langs) for name in self.outputs]
-        for index, pair in enumerate(corpus):
-            writers[role.get(index, 0)].write(pair)
+        # Lines are copied as bytes: a corpus in the workdir is already checked text.
+        for raw in BlockReader(corpus.files(), BLOCK_LINES):
+            first = raw.first_line - 1
+            lo, hi = np.searchsorted(held_at, [first, first + raw.count])
+            role = np.zeros(raw.count, dtype=np.int8)
+            role[held_at[lo:hi] - first] = held_role[lo:hi]
+            for number, writer in enumerate(writers):
+                keep = role == number
+                if keep.any():
+                    sides = [raw.kept_bytes(side, keep) for side in range(len(raw.raws))]
+                    writer.write_raw(sides, int(keep.sum()))
         for name, writer in zip(self.outputs, writers, strict=True):
             writer.close()
             ctx.stats.add(f"pairs.{name}", writer.lines)
