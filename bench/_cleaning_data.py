@@ -303,11 +303,12 @@ def news_corpus(
 ) -> tuple[list[Pair], int]:
     """At least ``target`` pairs: :func:`system_pairs` repeated, each repeat with another
     ``defect_share`` of its pairs given one crawl-like defect (a different random subset and
-    defect per repeat, so repeats are not byte-identical). Returns the pairs and the size of
-    the real pool they were made from."""
+    defect per repeat, so repeats are not byte-identical); 0: one pass. Returns the pairs and
+    the size of the real pool they were made from."""
     pool = system_pairs(a, b)
     if not pool:
         raise SystemExit(f"no WMT system outputs for {a}-{b} under {DATA}")
+    target = target or len(pool)
     rng = np.random.default_rng(seed)
     ctx = DefectContext((a, b), pool)
     out: list[Pair] = []

@@ -76,8 +76,8 @@ def _first_matches(
     space: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
     """Per line, the regex's match: start and unit size and end (start -1: none). A unit's
-    first recurrence ``k`` starts with the unit's first ``gram`` characters (two when units
-    have at least two), so for each start ``i`` only the positions holding the same gram are
+    first recurrence ``k`` starts with the unit's first ``gram`` characters (three when units
+    have at least three), so for each start ``i`` only the positions holding the same gram are
     tried, following a chain of next occurrences built per line with a small hash table, each
     with every unit size that puts ``k`` right after the unit and its trailing spaces. Starts
     go left to right and sizes up, so the first hit is the regex's (leftmost, then lazy)."""
@@ -97,12 +97,14 @@ def _first_matches(
     table_key = np.zeros(cap, dtype=np.int64)
     table_pos = np.zeros(cap, dtype=np.int64)
     table_line = np.full(cap, -1, dtype=np.int64)  # which line wrote the slot: no resets
-    nxt = np.full(len(codes), -1, dtype=np.int64)
+    nxt = np.full(longest + 1, -1, dtype=np.int64)  # per line, offsets from its start
     for line in range(len(starts)):
         start, end = starts[line], ends[line]
         if end - start < min_len * (threshold + 1):
             continue
-        size_mask = cap - 1
+        size_mask = 15  # a table of about twice the line's length: it stays in cache
+        while size_mask < 2 * (end - start) + 1:
+            size_mask = size_mask * 2 + 1
         widest = 0
         r = 0
         for x in range(start, end):
@@ -116,20 +118,23 @@ def _first_matches(
             key = np.int64(codes[x])
             for g in range(1, gram):
                 key = key * 1114112 + np.int64(codes[x + g])
-            h = (key * np.int64(-7046029254386353131)) & size_mask
+            # the product's high bits: its low ones depend on the key's low ones only (the
+            # last character's, since 1114112 = 17 * 2**16)
+            h = ((key * np.int64(-7046029254386353131)) >> 40) & size_mask
             while table_line[h] == line and table_key[h] != key:
                 h = (h + 1) & size_mask
-            nxt[x] = table_pos[h] if table_line[h] == line else -1
+            nxt[x - start] = table_pos[h] - start if table_line[h] == line else -1
             table_line[h] = line
             table_key[h] = key
             table_pos[h] = x
         for i in range(start, end - gram + 1):
             if space[min(codes[i], top)]:  # the unit starts with \S
                 continue
-            k = nxt[i]
             found = 0
-            while k >= 0 and k - i <= max_len + 1 + widest:
-                if threshold >= 2 and nxt[k] < 0:
+            at = nxt[i - start]
+            k = start + at
+            while at >= 0 and k - i <= max_len + 1 + widest:
+                if threshold >= 2 and nxt[at] < 0:
                     break  # k is the gram's last occurrence: no room for a second repeat
                 spaces = 0
                 while k - spaces - 1 >= start and codes[k - spaces - 1] == SPACE:
@@ -144,7 +149,8 @@ def _first_matches(
                         break
                 if found:
                     break
-                k = nxt[k]
+                at = nxt[at]
+                k = start + at
             if found:
                 first[line] = i
                 unit[line] = found
