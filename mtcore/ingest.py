@@ -40,7 +40,7 @@ from mtcore.corpus import (
 )
 from mtcore.errors import DataError
 from mtcore.stats import Stats
-from mtcore.textblock import BlockReader, RawBlock
+from mtcore.textblock import BlockReader
 
 BLOCK_LINES = 50_000
 """Lines per block: about 10 MB of news-length text, a few MB of short segments."""
@@ -52,7 +52,31 @@ _NUL_OR_BREAK = ("\x00", *(chr(c) for c in range(0x2030) if INNER_BREAKS.match(c
 _ASCII_BAD = "".join(ch for ch in _NUL_OR_BREAK if ord(ch) < 0x80).encode()
 _WIDE_BAD = tuple(ch for ch in _NUL_OR_BREAK if ord(ch) >= 0x80)
 _BLANK_LINE = re.compile(r"(?m)^\s*$")
-_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
+_FICLONE = 0x40049409
+_CUT_CHUNK = 1 << 22  # linux/fs.h: _IOW(0x94, 9, int)
+
+
+@dataclass
+class Block:
+    """A task: lines ``first_line`` to ``first_line + count - 1`` of each file, as the byte
+    range ``ranges[i]`` of ``paths[i]`` (read by the worker) or as ``data`` (sent to it:
+    decompressed input, or workers that do not see the driver's files)."""
+
+    paths: tuple[str, ...]
+    first_line: int
+    count: int
+    ranges: tuple[tuple[int, int], ...] = ()
+    data: tuple[bytes, ...] = ()
+
+    def load(self) -> tuple[bytes, ...]:
+        if self.data:
+            return self.data
+        out = []
+        for path, (start, end) in zip(self.paths, self.ranges, strict=True):
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                out.append(handle.read(end - start))
+        return tuple(out)
 
 
 @dataclass
@@ -77,31 +101,44 @@ def ingest(
     """Reads the line-aligned files ``paths`` through ``policy`` into ``out`` (one file each)
     and returns the number of pairs written; counts in ``stats`` what the policy handled."""
     compressed = any(p.name.endswith(_COMPRESSED) for p in paths)
-    pending: deque[RawBlock] = deque()  # blocks submitted, in order, until their result is in
-
-    def tasks() -> Iterator[tuple[RawBlock, InputPolicy]]:
-        for raw in BlockReader(paths, block_lines, decompress=compressed):
-            pending.append(raw)
-            yield raw, policy
-
     small = sum(p.stat().st_size for p in paths) < IN_PROCESS_BYTES
+    send_bytes = not small and not getattr(executor, "shares_files", True)
+    blocks = _decompressed(paths, block_lines) if compressed else _cut(paths, block_lines)
+    pending: deque[Block] = deque()  # blocks submitted, in order, until their result is in
+
+    def tasks() -> Iterator[tuple[Block, InputPolicy]]:
+        for block in blocks:
+            if send_bytes and not block.data:
+                block = Block(block.paths, block.first_line, block.count, (), block.load())
+            pending.append(block)
+            yield block, policy
+
     results = map(check_block, tasks()) if small else executor.map(check_block, tasks())
     written = 0
     writers: list[Any] | None = None
     offsets = [0] * len(paths)  # input bytes before the current block, per file
     try:
         for result in results:
-            raw = pending.popleft()
+            block = pending.popleft()
             stats.merge(result.stats)
             if writers is None and (result.sides is not None or compressed):
                 writers = [open(path, "wb") for path in out]  # noqa: SIM115 (closed below)
                 for source, handle, offset in zip(paths, writers, offsets, strict=True):
-                    copy_prefix(source, handle, offset)
+                    copy_range(source, handle, 0, offset)
             if writers is not None:
-                sides = result.sides if result.sides is not None else raw.raws
-                for handle, data in zip(writers, sides, strict=True):
-                    handle.write(data)
-            offsets = [o + len(r) for o, r in zip(offsets, raw.raws, strict=True)]
+                if result.sides is not None:
+                    for handle, data in zip(writers, result.sides, strict=True):
+                        handle.write(data)
+                elif block.data:
+                    for handle, data in zip(writers, block.data, strict=True):
+                        handle.write(data)
+                else:
+                    for source, handle, (start, end) in zip(
+                        paths, writers, block.ranges, strict=True
+                    ):
+                        copy_range(source, handle, start, end)
+            if block.ranges:
+                offsets = [end for _, end in block.ranges]
             written += result.lines
             if progress is not None:
                 progress.update(result.lines)
@@ -110,13 +147,82 @@ def ingest(
             handle.close()
     if writers is None:  # every block unchanged: the outputs are the inputs
         for source, target in zip(paths, out, strict=True):
-            if _ends_with_newline(source):
-                same_file(source, target)
-            else:  # the last line gets its newline
-                with open(target, "wb") as handle:
-                    copy_prefix(source, handle, source.stat().st_size)
-                    handle.write(b"\n")
+            same_file(source, target)
     return written
+
+
+def _decompressed(paths: Sequence[Path], lines: int) -> Iterator[Block]:
+    """Blocks of ``.gz``/``.xz`` (or mixed) input, decompressed by the driver."""
+    for raw in BlockReader(paths, lines, decompress=True):
+        yield Block(raw.paths, raw.first_line, raw.count, (), raw.raws)
+
+
+def _cut(paths: Sequence[Path], lines: int) -> Iterator[Block]:
+    """Byte ranges of ``lines`` lines of each plain file, aligned across the files: the driver
+    only counts newlines (``bytearray.count``, at memory speed) and locates one in each file
+    per block. Unequal line counts are an error naming the shorter file."""
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open(p, "rb")) for p in paths]
+        sizes = [os.fstat(h.fileno()).st_size for h in handles]
+        finals = [_ends_with_newline(p) for p in paths]
+        buffer = bytearray(_CUT_CHUNK)
+        pos = [0] * len(paths)
+        first = 1
+        while True:
+            ends: list[int] = []
+            counts: list[int] = []
+            for side, handle in enumerate(handles):
+                want = lines if side == 0 else counts[0]
+                end, got = _advance(handle, buffer, pos[side], want, sizes[side], finals[side])
+                ends.append(end)
+                counts.append(got)
+            short = next((i for i, got in enumerate(counts) if got < counts[0]), None)
+            if short is not None:
+                _unequal(paths, short, 0, first - 1 + counts[short])
+            longer = next((i for i, end in enumerate(ends) if end < sizes[i]), None)
+            if not counts[0] and longer is not None:
+                _unequal(paths, 0, longer, first - 1)
+            if not counts[0]:
+                return
+            yield Block(
+                tuple(str(p) for p in paths),
+                first,
+                counts[0],
+                tuple(zip(pos, ends, strict=True)),
+            )
+            first += counts[0]
+            pos = ends
+
+
+def _unequal(paths: Sequence[Path], short: int, longer: int, have: int) -> None:
+    raise DataError(
+        f"{paths[short]} has {have} lines but {paths[longer]} has more (line {have + 1} has "
+        "no partner): the files of a parallel corpus must have equal line counts"
+    )
+
+
+def _advance(
+    handle: Any, buffer: bytearray, start: int, lines: int, size: int, final_newline: bool
+) -> tuple[int, int]:
+    """From byte ``start``, the offset after ``lines`` more lines (or the end of the file)
+    and how many lines that is; a last line without a newline counts."""
+    pos, found = start, 0
+    view = memoryview(buffer)
+    while found < lines and pos < size:
+        handle.seek(pos)
+        length = handle.readinto(buffer)
+        if not length:
+            break
+        count = buffer.count(b"\n", 0, length)
+        if found + count < lines:
+            found += count
+            pos += length
+            continue
+        newlines = np.flatnonzero(np.frombuffer(view[:length], dtype=np.uint8) == 10)
+        return pos + int(newlines[lines - found - 1]) + 1, lines
+    if found < lines and size > start and not final_newline and pos >= size:
+        return size, found + 1
+    return min(pos, size), found
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -127,19 +233,19 @@ def _ends_with_newline(path: Path) -> bool:
         return handle.read(1) == b"\n"
 
 
-def copy_prefix(source: Path, handle: Any, size: int) -> None:
-    """The first ``size`` bytes of ``source`` appended to ``handle`` (an unchanged prefix,
-    written once a later block turns out to change)."""
-    if not size:
+def copy_range(source: Path, handle: Any, start: int, end: int) -> None:
+    """Bytes ``start`` to ``end`` of ``source`` appended to ``handle`` by the kernel (input
+    that no rule changed, once the output is being written)."""
+    if end <= start:
         return
     handle.flush()
     with open(source, "rb") as src:
-        left = size
-        while left:
-            sent = os.sendfile(handle.fileno(), src.fileno(), None, left)
+        offset = start
+        while offset < end:
+            sent = os.sendfile(handle.fileno(), src.fileno(), offset, end - offset)
             if not sent:
-                raise DataError(f"{source}: changed while it was read (shorter than {size} bytes)")
-            left -= sent
+                raise DataError(f"{source}: changed while it was read (shorter than {end} bytes)")
+            offset += sent
 
 
 def same_file(source: Path, target: Path) -> str:
@@ -167,21 +273,27 @@ def same_file(source: Path, target: Path) -> str:
 # --- the worker side --------------------------------------------------------------------------
 
 
-def check_block(task: tuple[RawBlock, InputPolicy]) -> BlockResult:
+def check_block(task: tuple[Block, InputPolicy]) -> BlockResult:
     """One block through the policy: the fast checks, else line by line."""
-    raw, policy = task
+    block, policy = task
+    raws = list(block.load())
+    # the file's last line without a newline (the last block only): the output adds one
+    changed = False
+    for side, data in enumerate(raws):
+        if data and not data.endswith(b"\n"):
+            raws[side] = data + b"\n"
+            changed = True
     stats = Stats()
     sides = []
-    changed = False
-    for data in raw.raws:
-        fast = _fast_side(data, raw.first_line, policy, stats)
+    for data in raws:
+        fast = _fast_side(data, block.first_line, policy, stats)
         if fast is None:
-            return _line_by_line(raw, policy)
+            return _line_by_line(raws, block, policy)
         changed = changed or fast is not data
         sides.append(fast)
     if policy.empty != "keep" and _any_empty(sides):
-        return _line_by_line(raw, policy)
-    return BlockResult(tuple(sides) if changed else None, raw.count, stats.as_dict())
+        return _line_by_line(raws, block, policy)
+    return BlockResult(tuple(sides) if changed else None, block.count, stats.as_dict())
 
 
 def _fast_side(data: bytes, first_line: int, policy: InputPolicy, stats: Stats) -> bytes | None:
@@ -189,8 +301,7 @@ def _fast_side(data: bytes, first_line: int, policy: InputPolicy, stats: Stats) 
     else None (read the block line by line)."""
     if first_line == 1 and data.startswith(_BOM):
         return None
-    newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-    if len(newlines) and int(np.diff(newlines, prepend=-1).max()) - 1 > policy.max_line_bytes:
+    if _longest_line(data, policy.max_line_bytes) > policy.max_line_bytes:
         return None
     if len(data.translate(None, _ASCII_BAD)) != len(data):  # NUL, \r and other breaks
         crlf = data.count(b"\r\n")
@@ -209,32 +320,43 @@ def _fast_side(data: bytes, first_line: int, policy: InputPolicy, stats: Stats) 
     return data
 
 
+def _longest_line(data: bytes, limit: int) -> int:
+    """A bound on the longest line's length (no newline counted) that is exact when over
+    ``limit``: when every window of ``limit // 2`` bytes holds a newline, no line is longer
+    than ``limit`` and finding one newline per window is enough."""
+    window = max(1, limit // 2)
+    if all(data.find(b"\n", at, at + window) >= 0 for at in range(0, len(data), window)):
+        return min(limit, len(data))
+    newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    return int(np.diff(newlines, prepend=-1).max()) - 1 if len(newlines) else len(data)
+
+
 def _any_empty(sides: Sequence[bytes]) -> bool:
     """Whether some line of some side is empty or all spaces (``\\s`` is what ``str.strip``
     strips; a match that runs over newlines covers only blank lines)."""
     return any(_BLANK_LINE.search(data.decode("utf-8")[:-1]) for data in sides)
 
 
-def _line_by_line(raw: RawBlock, policy: InputPolicy) -> BlockResult:
+def _line_by_line(raws: Sequence[bytes], block: Block, policy: InputPolicy) -> BlockResult:
     """The serial reader's rules on every line of the block, both files in step."""
     stats = Stats()
-    split = [data.split(b"\n") for data in raw.raws]
-    out: list[list[bytes]] = [[] for _ in raw.raws]
+    split = [data.split(b"\n") for data in raws]
+    out: list[list[bytes]] = [[] for _ in raws]
     limit = policy.max_line_bytes
-    for row in range(raw.count):
-        number = raw.first_line + row
+    for row in range(block.count):
+        number = block.first_line + row
         texts = []
         for side, lines in enumerate(split):
             line = lines[row]
             if len(line) > limit:
-                texts.append(too_long(raw.paths[side], number, policy, stats))
+                texts.append(too_long(block.paths[side], number, policy, stats))
             else:
-                texts.append(decode_line(line, raw.paths[side], number, policy, stats))
+                texts.append(decode_line(line, block.paths[side], number, policy, stats))
         if any(t is None for t in texts):
             stats.add("input.pairs_dropped")
             continue
         pair = tuple(t for t in texts if t is not None)
-        if empty_pair(pair, raw.paths[0], number, policy, stats):
+        if empty_pair(pair, block.paths[0], number, policy, stats):
             continue
         for side, text in enumerate(pair):
             out[side].append(text.encode("utf-8"))

@@ -265,6 +265,12 @@ class Executor(Plugin):
         value = getattr(self.config, "workers", None)
         return value if isinstance(value, int) and value > 0 else 1
 
+    @property
+    def shares_files(self) -> bool:
+        """Whether workers read this machine's files at the driver's paths (a task may then
+        name a file and a byte range instead of carrying the bytes)."""
+        return True
+
     def map(self, fn: Any, tasks: Any) -> Iterator[Any]:
         raise NotImplementedError
 

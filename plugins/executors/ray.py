@@ -129,6 +129,11 @@ class RayExecutor(Executor):
         self._local = False  # whether that started a local cluster
         self._workers: list[Any] = []
 
+    @property
+    def shares_files(self) -> bool:
+        """Only a local cluster's workers surely see the driver's files."""
+        return self.config.address in (None, "local")
+
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         tasks = iter(tasks)
         first = next(tasks, _NONE)
