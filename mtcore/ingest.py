@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 
 from mtcore.corpus import (
     BOM,
-    INNER_BREAKS,
     InputPolicy,
     decode_line,
     empty_pair,
@@ -48,9 +48,9 @@ IN_PROCESS_BYTES = 32 << 20
 """Below this total size the blocks are checked in the driver: starting workers costs more."""
 _COMPRESSED = (".gz", ".xz")
 _BOM = BOM.encode()
-_NUL_OR_BREAK = ("\x00", *(chr(c) for c in range(0x2030) if INNER_BREAKS.match(chr(c))))
-_ASCII_BAD = "".join(ch for ch in _NUL_OR_BREAK if ord(ch) < 0x80).encode()
-_WIDE_BAD = tuple(ch for ch in _NUL_OR_BREAK if ord(ch) >= 0x80)
+SCANNED_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+"""The line-break characters :func:`_scan` finds: every one mtcore.corpus.INNER_BREAKS matches
+(tested)."""
 _BLANK_LINE = re.compile(r"(?m)^\s*$")
 _FICLONE = 0x40049409
 _CUT_CHUNK = 1 << 22  # linux/fs.h: _IOW(0x94, 9, int)
@@ -301,34 +301,77 @@ def _fast_side(data: bytes, first_line: int, policy: InputPolicy, stats: Stats) 
     else None (read the block line by line)."""
     if first_line == 1 and data.startswith(_BOM):
         return None
-    if _longest_line(data, policy.max_line_bytes) > policy.max_line_bytes:
+    invalid, bad, crlf, longest = _scan(np.frombuffer(data, dtype=np.uint8))
+    if invalid or bad or longest > policy.max_line_bytes:
         return None
-    if len(data.translate(None, _ASCII_BAD)) != len(data):  # NUL, \r and other breaks
-        crlf = data.count(b"\r\n")
-        if policy.crlf != "strip" or not crlf or data.count(b"\r") != crlf:
-            return None
-        if len(data.translate(None, _ASCII_BAD.replace(b"\r", b""))) != len(data):
+    if crlf:
+        if policy.crlf != "strip":
             return None
         data = data.replace(b"\r\n", b"\n")
         stats.add("input.crlf_stripped", crlf)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if not text.isascii() and any(ch in text for ch in _WIDE_BAD):
-        return None
     return data
 
 
-def _longest_line(data: bytes, limit: int) -> int:
-    """A bound on the longest line's length (no newline counted) that is exact when over
-    ``limit``: when every window of ``limit // 2`` bytes holds a newline, no line is longer
-    than ``limit`` and finding one newline per window is enough."""
-    window = max(1, limit // 2)
-    if all(data.find(b"\n", at, at + window) >= 0 for at in range(0, len(data), window)):
-        return min(limit, len(data))
-    newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-    return int(np.diff(newlines, prepend=-1).max()) - 1 if len(newlines) else len(data)
+@numba.njit(cache=True, nogil=True)
+def _scan(buf: np.ndarray) -> tuple[bool, bool, int, int]:  # pragma: no cover (compiled)
+    """One pass over newline-terminated bytes: whether they are not well-formed UTF-8 (as
+    Python's strict decoder sees it: no overlong forms, surrogates or code points past
+    U+10FFFF), whether they hold a NUL, a line-break character other than LF (VT, FF,
+    U+001C..U+001E, U+0085, U+2028, U+2029) or a CR not before a LF, how many CR LF they
+    hold, and the longest line's length in bytes without its LF."""
+    n = len(buf)
+    bad = False
+    crlf = 0
+    longest = 0
+    line_start = 0
+    i = 0
+    while i < n:
+        b = buf[i]
+        if b < 0x80:
+            if b == 10:
+                if i - line_start > longest:
+                    longest = i - line_start
+                line_start = i + 1
+            elif b == 13:
+                if i + 1 < n and buf[i + 1] == 10:
+                    crlf += 1
+                else:
+                    bad = True
+            elif b == 0 or b == 11 or b == 12 or 28 <= b <= 30:
+                bad = True
+            i += 1
+        elif 0xC2 <= b <= 0xDF:
+            if i + 1 >= n or not 0x80 <= buf[i + 1] <= 0xBF:
+                return True, bad, crlf, longest
+            if b == 0xC2 and buf[i + 1] == 0x85:
+                bad = True
+            i += 2
+        elif 0xE0 <= b <= 0xEF:
+            if i + 2 >= n:
+                return True, bad, crlf, longest
+            low = 0xA0 if b == 0xE0 else 0x80
+            high = 0x9F if b == 0xED else 0xBF
+            c1 = buf[i + 1]
+            if not low <= c1 <= high or not 0x80 <= buf[i + 2] <= 0xBF:
+                return True, bad, crlf, longest
+            if b == 0xE2 and c1 == 0x80 and (buf[i + 2] == 0xA8 or buf[i + 2] == 0xA9):
+                bad = True
+            i += 3
+        elif 0xF0 <= b <= 0xF4:
+            if i + 3 >= n:
+                return True, bad, crlf, longest
+            low = 0x90 if b == 0xF0 else 0x80
+            high = 0x8F if b == 0xF4 else 0xBF
+            if (
+                not low <= buf[i + 1] <= high
+                or not 0x80 <= buf[i + 2] <= 0xBF
+                or not 0x80 <= buf[i + 3] <= 0xBF
+            ):
+                return True, bad, crlf, longest
+            i += 4
+        else:
+            return True, bad, crlf, longest
+    return False, bad, crlf, longest
 
 
 def _any_empty(sides: Sequence[bytes]) -> bool:

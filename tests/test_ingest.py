@@ -166,3 +166,38 @@ def test_split_copies_lines_in_blocks_as_the_seeded_choice_says(tmp_path, monkey
             for side, lang in enumerate(("en", "ja")):
                 text = (ctx.work / name / f"corpus.{lang}").read_text(encoding="utf-8")
                 assert text == "".join(p[side] + "\n" for p in expected)
+
+
+def test_the_scan_sees_what_python_sees_on_random_bytes():
+    """The compiled pass agrees with Python's strict UTF-8 decoder and with the policy's
+    characters on random mixtures of valid text, broken sequences and control bytes."""
+    import random
+    import re
+
+    import numpy as np
+
+    from mtcore.corpus import INNER_BREAKS
+    from mtcore.ingest import SCANNED_BREAKS, _scan
+
+    assert {chr(c) for c in range(0x110000) if INNER_BREAKS.match(chr(c))} == set(SCANNED_BREAKS)
+    rng = random.Random(5)
+    pieces = [
+        *"aZ 9.\t\r\n\x00\x0b\x0c\x1c\x1e\x1f\x85\u2028\u2029é猫🙂\ufeff\U0010ffff",
+        *(bytes([b]) for b in (0x80, 0xBF, 0xC0, 0xC1, 0xC2, 0xE0, 0xED, 0xF0, 0xF4, 0xF5, 0xFF)),
+        b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x80\x80\x80", b"\xc2\x85",
+    ]  # fmt: skip
+    for _ in range(20_000):
+        chosen = [rng.choice(pieces) for _ in range(rng.randint(0, 12))]
+        data = b"".join(p if isinstance(p, bytes) else p.encode("utf-8") for p in chosen) + b"\n"
+        invalid, bad, crlf, longest = _scan(np.frombuffer(data, dtype=np.uint8))
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            assert invalid, data
+            continue
+        assert not invalid, data
+        lone_cr = data.count(b"\r") != data.count(b"\r\n")
+        others = re.sub("\r\n", "", text)
+        assert bad == (lone_cr or "\x00" in text or any(c in others for c in SCANNED_BREAKS[1:]))
+        assert crlf == data.count(b"\r\n")
+        assert longest == max(len(line) for line in data.split(b"\n"))
