@@ -84,9 +84,11 @@ def has_tag(text: str) -> bool:
 
 def tagged_lines(column: TextColumn) -> np.ndarray:
     out = np.zeros(column.count, dtype=bool)
-    lines = column.lines
-    for row in column.lines_with(_CANDIDATE):
-        out[row] = has_tag(lines[row])
+    rows = column.lines_with(_CANDIDATE)
+    if len(rows):  # cut the candidate lines out of the text (no split of the whole column)
+        text, starts, ends = column.text, column.starts, column.ends
+        for row in rows:
+            out[row] = has_tag(text[starts[row] : ends[row]])
     return out
 
 
