@@ -1,17 +1,18 @@
 """Reading line-aligned corpus files through the input policy, sharded over the executor.
 
-The driver cuts the files into blocks of lines at newlines (:class:`mtcore.textblock.
-BlockReader`, aligned across the files) and workers check each block against the policy with a
-few passes at memory speed: UTF-8 decoding, a search for NUL and line-break characters, line
-lengths, ``\\r\\n`` ends. A block where no rule fires comes back as "unchanged"; one where a rule
-may fire is read line by line with the very functions the serial reader uses
-(:func:`mtcore.corpus.decode_line`, :func:`mtcore.corpus.empty_pair`), so both give the same
-pairs, the same counts and the same errors naming file and line.
+The driver cuts the files into blocks of lines, aligned across the files, by counting newlines
+(plain files: byte ranges that workers read themselves; ``.gz``/``.xz``: the decompressed bytes,
+sent). A worker checks its block against the policy in one compiled pass (:func:`_scan`:
+UTF-8 well-formedness, NUL and line-break characters, lone CRs, CR LF ends, the longest line).
+A block where no rule fires comes back as "unchanged"; one where a rule may fire is read line
+by line with the very functions the serial reader uses (:func:`mtcore.corpus.decode_line`,
+:func:`mtcore.corpus.empty_pair`), so both give the same pairs, the same counts and the same
+errors naming file and line.
 
 When no block of uncompressed input changed, the output files are the input files: a
 copy-on-write clone where the file system has one, else a hard link (the runner re-runs a step
 whose linked output changed since, see :func:`mtcore.hashing.linked_files`), else a kernel-side
-copy. Nothing is decoded into Python strings per line and no byte is written twice.
+copy. Once a block changes, unchanged bytes are copied by the kernel (``sendfile``).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ SCANNED_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 """The line-break characters :func:`_scan` finds: every one mtcore.corpus.INNER_BREAKS matches
 (tested)."""
 _BLANK_LINE = re.compile(r"(?m)^\s*$")
-_FICLONE = 0x40049409
-_CUT_CHUNK = 1 << 22  # linux/fs.h: _IOW(0x94, 9, int)
+_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
+_CUT_CHUNK = 1 << 22
 
 
 @dataclass
