@@ -359,6 +359,19 @@ class Corpus:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
 
 
+def write_corpus_meta(corpus: Corpus, lines: int, **extra: object) -> None:
+    """The ``artifact.json`` of a corpus whose files are complete (written by
+    :class:`CorpusWriter`, or linked into place by :mod:`mtcore.ingest`)."""
+    write_artifact_meta(
+        corpus.path,
+        type="parallel" if len(corpus.langs) > 1 else "monolingual",
+        langs=list(corpus.langs),
+        name=corpus.name,
+        lines=lines,
+        **extra,
+    )
+
+
 class CorpusWriter:
     """Writes pairs to ``<dir>/<name>.<lang>``; ``close`` records the artifact metadata."""
 
@@ -403,15 +416,7 @@ class CorpusWriter:
     def close(self, **extra: object) -> Corpus:
         for handle in self.handles:
             handle.close()
-        kind = "parallel" if len(self.corpus.langs) > 1 else "monolingual"
-        write_artifact_meta(
-            self.corpus.path,
-            type=kind,
-            langs=list(self.corpus.langs),
-            name=self.corpus.name,
-            lines=self.lines,
-            **extra,
-        )
+        write_corpus_meta(self.corpus, self.lines, **extra)
         return self.corpus
 
     def __enter__(self) -> CorpusWriter:

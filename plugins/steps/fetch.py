@@ -6,13 +6,13 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.corpus import INNER_BREAKS, CorpusWriter, InputPolicy
+from mtcore.corpus import INNER_BREAKS, Corpus, CorpusWriter, InputPolicy, write_corpus_meta
 from mtcore.errors import DataError
 from mtcore.hashing import drop_unset
 from mtcore.ingest import ingest
 from mtcore.plugin import Pair, PluginConfig, Source, identity_dict
 from mtcore.registry import Registry
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.step import Step, StepContext
 
 
 class FetchConfig(PluginConfig):
@@ -66,20 +66,14 @@ class FetchStep(Step):
         # below (with max_pairs, the serial reader stops at the cut without reading on).
         files = source.line_files(ctx.stats) if self.config.max_pairs is None else None
         if files is not None:
-            folder = ctx.output("corpus")
-            out = [folder / f"corpus.{lang}" for lang in langs]
+            corpus = Corpus(ctx.output("corpus"), langs)
+            out = corpus.files()
             with ctx.progress(None, "fetch") as bar:
                 try:
                     lines = ingest(files, out, policy, ctx.stats, ctx.executor, bar)
                 except DataError as exc:
                     raise source.explain(exc) from exc
-            write_artifact_meta(
-                folder,
-                type="parallel" if len(langs) > 1 else "monolingual",
-                langs=list(langs),
-                name="corpus",
-                lines=lines,
-            )
+            write_corpus_meta(corpus, lines)
             ctx.stats.add("pairs_out", lines)
             return
         with (
