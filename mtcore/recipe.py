@@ -340,6 +340,13 @@ def _check_references(steps: dict[str, StepSpec], problems: list[str], declared:
                     f"{spec.location}.inputs.{role}: step {target!r} has no output {output!r} "
                     f"(outputs: {', '.join(outputs)})"
                 )
+                continue
+            written = steps[target].plugin.written_outputs()
+            if (output or outputs[0]) not in written:
+                problems.append(
+                    f"{spec.location}.inputs.{role}: step {target!r} does not write output "
+                    f"{output!r} with its settings (it writes: {', '.join(written)})"
+                )
 
 
 def _check_unbuilt_references(

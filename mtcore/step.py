@@ -117,6 +117,12 @@ class Step(Plugin):
         """The settings that define the output, for the step's hash."""
         return identity_dict(self.config, registry)
 
+    def written_outputs(self) -> tuple[str, ...]:
+        """The outputs this configured step writes: by default all of ``outputs``; a step whose
+        settings leave some unwritten (select_models' ``top``) names the others, so a reference
+        to one of those is a problem at validation."""
+        return self.outputs
+
     def fingerprint(self, registry: Registry) -> str:
         """Extra identity beyond the config: what outside the workdir the output depends on
         (a source's files, say). Called at planning time; keep it cheap."""

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from mtcore.corpus import InputPolicy
@@ -627,6 +628,36 @@ def test_url_http_error_is_not_retried(server, tmp_path) -> None:
     with pytest.raises(DataError, match=r"/missing\.en: HTTP 404"):
         run(source)
     assert len(server.requests) == 1
+
+
+def test_a_failed_download_names_the_data_entry_and_address(server, tmp_path) -> None:
+    """A paper profile fetches thirty corpora: a 404 says which data entry and which address."""
+    from click.testing import CliRunner
+
+    from mtcore.cli import cli
+
+    document = {
+        "name": "t",
+        "data": {
+            "wikititles": {
+                "source": "url",
+                "files": {
+                    "en": {"url": server.url("/missing.en")},
+                    "ja": {"url": server.url("/c.ja")},
+                },
+                "cache_dir": str(tmp_path / "cache"),
+            }
+        },
+        "steps": {},
+    }
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(document), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(recipe), "-w", str(tmp_path / "w")], obj={})
+    assert result.exit_code != 0
+    assert (
+        f"data entry 'wikititles' (source url): {server.url('/missing.en')}: HTTP 404"
+        in " ".join(result.output.split())
+    ), result.output
 
 
 def test_url_gives_up_after_retries_and_keeps_the_part(server, tmp_path) -> None:

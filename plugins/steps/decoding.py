@@ -72,13 +72,7 @@ def check_members(
     first = members["model"]
     for role, member in members.items():
         meta, where = member.meta, f"{step_id}: input {role} ({member.path})"
-        if meta.get("type") != "fairseq-model":
-            raise DataError(f"{where} is not a fairseq model (artifact type {meta.get('type')!r})")
-        if (meta.get("src"), meta.get("tgt")) != (src, tgt):
-            raise DataError(
-                f"{where} translates {meta.get('src')}->{meta.get('tgt')}, "
-                f"not {src}->{tgt} (check src/tgt)"
-            )
+        check_model(where, meta, src, tgt)
         if meta.get("direction", "l2r") != first.meta.get("direction", "l2r"):
             raise DataError(
                 f"{where} is {meta.get('direction', 'l2r')}, input model is "
@@ -94,6 +88,17 @@ def check_members(
                     "SentencePiece model and dictionary)"
                 )
     return str(first.meta.get("direction", "l2r"))
+
+
+def check_model(where: str, meta: dict[str, Any], src: str, tgt: str) -> None:
+    """The artifact ``meta`` describes is a trained fairseq model for src->tgt."""
+    if meta.get("type") != "fairseq-model":
+        raise DataError(f"{where} is not a fairseq model (artifact type {meta.get('type')!r})")
+    if (meta.get("src"), meta.get("tgt")) != (src, tgt):
+        raise DataError(
+            f"{where} translates {meta.get('src')}->{meta.get('tgt')}, "
+            f"not {src}->{tgt} (check src/tgt)"
+        )
 
 
 def load_ensemble(

@@ -59,6 +59,17 @@ class FetchStep(Step):
         return self._source(registry).fingerprint()
 
     def run(self, ctx: StepContext) -> None:
+        """Every error names the data entry (the step's id) it comes from: a 404 or a bad line
+        of one of a paper profile's thirty corpora says which."""
+        try:
+            self._fetch(ctx)
+        except DataError as exc:
+            if str(exc).startswith(f"{ctx.step_id}: "):
+                raise
+            where = f"data entry {ctx.step_id!r} (source {self.config.source})"
+            raise DataError(f"{where}: {exc}") from exc
+
+    def _fetch(self, ctx: StepContext) -> None:
         source = self._source(ctx.registry)
         policy = self.config.input
         langs = source.langs()
