@@ -13,6 +13,9 @@ or ``columns`` reruns the read only; the archive stays in the cache.
 
 Without ``sha256`` nothing guards against the server changing the file between two resumed
 attempts; the actual hash is logged so it can be pinned.
+
+With ``$MTCORE_MIRROR`` set, every address is fetched from that mirror instead (:mod:`._mirror`:
+an internal copy of the real files, or the dress rehearsal's replicas).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from mtcore_plugins.sources._layout import (
     read_layout,
     text_format,
 )
+from mtcore_plugins.sources._mirror import mirror_address, mirror_base, replica_hashes
 
 log = logging.getLogger("mtcore.sources.url")
 
@@ -348,15 +352,35 @@ class UrlSource(Source):
         return [spec]
 
     def fingerprint(self) -> str:
-        """The pinned sha256 of each file, else its URL (nothing is downloaded)."""
-        return json.dumps([spec.sha256 or spec.url for spec in self.specs()])
+        """The pinned sha256 of each file, else its URL, and the mirror when one is set
+        (nothing is downloaded)."""
+        found: list[Any] = [spec.sha256 or spec.url for spec in self.specs()]
+        base = mirror_base()
+        return json.dumps(found if base is None else [*found, {"mirror": base}])
+
+    def fetched_specs(self) -> list[FileSpec]:
+        """``specs`` as downloaded: through ``$MTCORE_MIRROR`` when it is set, a replica checked
+        against the hash the mirror gives for it (:mod:`._mirror`)."""
+        base = mirror_base()
+        if base is None:
+            return self.specs()
+        table = replica_hashes(base, self.config.timeout)
+        return [
+            spec.model_copy(
+                update={
+                    "url": mirror_address(spec.url, base),
+                    "sha256": table.get(spec.url, spec.sha256),
+                }
+            )
+            for spec in self.specs()
+        ]
 
     def download(self, stats: Any) -> list[Path]:
         """The files, fetched into the cache (or found there), in ``specs`` order."""
         cfg = self.config
         cache = Path(cfg.cache_dir).expanduser().absolute() if cfg.cache_dir else default_cache()
         downloader = Downloader(cache, cfg.timeout, cfg.retries, cfg.backoff, stats)
-        return [downloader.fetch(spec) for spec in self.specs()]
+        return [downloader.fetch(spec) for spec in self.fetched_specs()]
 
     def line_files(self, stats: Any) -> list[Path] | None:
         """The downloaded files themselves when they are line-aligned text, one per language."""
@@ -371,7 +395,7 @@ class UrlSource(Source):
         cache = Path(cfg.cache_dir).expanduser().absolute() if cfg.cache_dir else default_cache()
         origin = [
             f"{path} is {spec.url}"
-            for spec in self.specs()
+            for spec in self.fetched_specs()
             if str(path := cache / spec.cached_name()) in str(exc)
         ]
         return DataError(f"{exc} ({'; '.join(origin)})") if origin else exc

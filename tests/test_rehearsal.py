@@ -1,0 +1,129 @@
+"""The dress rehearsal of the paper profiles' downloads: every file the four paper profiles
+fetch, replicated by tests/mirror.py (same addresses, compression, archive layout, member names
+and columns, real lines), served with Range support on 127.0.0.1, and every data entry of every
+paper profile fetched through ``$MTCORE_MIRROR`` into a workdir by the runner, as a user's run
+would. Files the recipes pin that ../shared/data holds are served as they are, so their pins
+are checked for real."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtcore.corpus import Corpus
+from mtcore.errors import DataError
+from mtcore.recipe import load_recipe
+from mtcore.registry import load_registry
+from mtcore.runner import Runner
+from mtcore.stats import Stats
+from mtcore_plugins.sources import _mirror
+from mtcore_plugins.sources.url import UrlSource
+
+from .mirror import DATA, LINES, RECIPES, ROOT, build_mirror, real_rows
+from .test_sources import LoopbackServer
+
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"real data not found at {DATA}")
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The replica tree served on 127.0.0.1, with MTCORE_MIRROR and a fresh download cache."""
+    root = tmp_path_factory.mktemp("mirror")
+    built = build_mirror(root / "tree")
+    server = LoopbackServer()
+    for path in (root / "tree").rglob("*"):
+        if path.is_file():
+            server.files["/" + path.relative_to(root / "tree").as_posix()] = path.read_bytes()
+    with pytest.MonkeyPatch.context() as patch:
+        for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+            patch.delenv(var, raising=False)
+        patch.setenv("no_proxy", "127.0.0.1")
+        patch.setenv(_mirror.MIRROR_ENV, server.url(""))
+        patch.setenv("MTCORE_CACHE", str(root / "cache"))
+        _mirror._replicas.clear()
+        try:
+            yield {"built": built, "server": server, "root": root}
+        finally:
+            server.close()
+            _mirror._replicas.clear()
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_rehearsal_every_paper_corpus_downloads_and_reads(
+    mirror: dict[str, Any], tmp_path: Path, name: str
+) -> None:
+    registry = load_registry()
+    sets = []
+    if name == "yishu":  # CCMT is registration-only: a local entry, placed where it says
+        ccmt = tmp_path / "ccmt"
+        ccmt.mkdir()
+        for i, lang in enumerate(("en", "zh")):
+            rows = real_rows(("en", "zh"), "yishu.ccmt")
+            (ccmt / f"ccmt.{lang}").write_text("".join(f"{r[i]}\n" for r in rows), "utf-8")
+        sets.append(f"data.ccmt.dir={ccmt}")
+    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml", registry, "paper", sets)
+    entries = [sid for sid, spec in recipe.steps.items() if spec.kind == "fetch"]
+    runner = Runner(recipe, registry, tmp_path / "work", show_progress=False)
+    for entry in entries:
+        runner.run(until=entry)
+    built = mirror["built"]
+    for entry in entries:
+        spec = recipe.steps[entry]
+        (planned,) = [p for p in runner.status(until=entry) if p[0].id == entry]
+        assert planned[1], f"{name}.{entry} did not finish"
+        corpus = Corpus.open(tmp_path / "work" / "steps" / planned[0].dirname / "corpus")
+        lines = corpus.count()
+        if spec.plugin.config.source != "url":
+            assert lines == LINES
+            continue
+        source = spec.plugin._source(registry)
+        urls = [s.url for s in source.specs()]
+        kinds = {built[url]["kind"] for url in urls}
+        if kinds == {"replica"}:  # a few pairs may go by the input policy, none silently
+            assert LINES * 0.9 <= lines <= LINES, (entry, lines)
+        else:  # the real test sets: every segment
+            assert lines > 900, (entry, lines)
+        # from the mirror (a file downloaded for another entry, even of another recipe, with
+        # the same hash is a cache hit: WMT22's English sources are one file for every pair)
+        served = {path for path, _ in mirror["server"].requests}
+        for fetched in source.fetched_specs():
+            assert fetched.url.startswith(mirror["server"].url("/"))
+            assert fetched.url.split("/", 3)[3] and fetched.sha256 is not None
+            assert (mirror["root"] / "cache" / "downloads" / fetched.cached_name()).is_file()
+        assert any("/" + url.split("://", 1)[1] in served for url in urls)
+
+
+def test_a_replica_is_cached_under_its_own_hash_never_the_real_files(
+    mirror: dict[str, Any],
+) -> None:
+    built = mirror["built"]
+    url = next(u for u, info in built.items() if info["kind"] == "replica" and "kftt" in u)
+    pinned = "0" * 64
+    source = UrlSource.from_dict(
+        {"archive": {"url": url, "sha256": pinned}, "member": {"en": "*/kyoto-train.en"}}
+    )
+    (spec,) = source.fetched_specs()
+    assert spec.url == mirror["server"].url("/" + url.split("://", 1)[1])
+    assert spec.sha256 == _mirror.replica_hashes(_mirror.mirror_base() or "", 5)[url] != pinned
+    assert not list((mirror["root"] / "cache").rglob(f"{pinned}*"))
+
+
+def test_the_mirror_is_part_of_the_fingerprint(mirror: dict[str, Any], monkeypatch) -> None:
+    source = UrlSource.from_dict({"files": {"en": {"url": "https://example.org/a.en"}}})
+    mirrored = source.fingerprint()
+    monkeypatch.delenv(_mirror.MIRROR_ENV)
+    assert source.fingerprint() != mirrored
+    assert source.fingerprint() == '["https://example.org/a.en"]'  # as before mirrors existed
+
+
+def test_a_mirror_without_the_file_names_the_entry_and_the_mirror_address(
+    mirror: dict[str, Any], tmp_path: Path
+) -> None:
+    source = UrlSource.from_dict(
+        {"files": {"en": {"url": "https://example.org/missing.en"}}, "retries": 0}
+    )
+    with pytest.raises(DataError, match=r"/example\.org/missing\.en: HTTP 404"):
+        source.download(Stats())
