@@ -189,10 +189,10 @@ DEFAULT_TRANSLATE: dict[str, list[tuple[str, str | None]]] = {
     "nt5": [("enja", "*"), ("jaen", "*")],
     "xiaomi": [("zhja", "*"), ("jazh", None)],
     "yishu": [("zhen", None)],
-    "hwtsc": [("uken", None)],
+    "hwtsc": [("uken", None), ("uken", "ensemble")],
 }
 """The slow tier: every stage ("*") of NT5 both ways and of Xiaomi one way, the last stage of
-the others."""
+the others (and HW-TSC's ensemble, whose student is now its last stage)."""
 
 
 def check_translate(
