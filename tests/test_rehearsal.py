@@ -127,3 +127,75 @@ def test_a_mirror_without_the_file_names_the_entry_and_the_mirror_address(
     )
     with pytest.raises(DataError, match=r"/example\.org/missing\.en: HTTP 404"):
         source.download(Stats())
+
+
+# --- the paper graphs at toy sizes ---------------------------------------------------------
+
+REHEARSED = ("nt5",)  # the recipes whose paper profile has a `rehearsal` overlay
+
+
+def tiny_masked_lm(where: Path, lang: str) -> Path:
+    """A random one-layer BERT whose vocabulary is the words (characters for Japanese) of real
+    text, saved as a local Hugging Face directory: the reranker's masked LM at toy size."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    text = [row[0] for row in real_rows((lang,), f"mlm.{lang}", 200)]
+    units = sorted({u for line in text for u in (line if lang == "ja" else line.lower().split())})
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    where.mkdir(parents=True)
+    (where / "vocab.txt").write_text("\n".join(special + units) + "\n", encoding="utf-8")
+    transformers.BertTokenizer(str(where / "vocab.txt")).save_pretrained(where)
+    config = transformers.BertConfig(
+        vocab_size=len(special) + len(units),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(config).save_pretrained(where)
+    return where
+
+
+def rehearsal_sets(name: str, where: Path) -> list[str]:
+    if name == "nt5":
+        return [
+            f"vars.mlm_ja={tiny_masked_lm(where / 'mlm_ja', 'ja')}",
+            f"vars.mlm_en={tiny_masked_lm(where / 'mlm_en', 'en')}",
+        ]
+    return []
+
+
+@pytest.mark.parametrize("name", REHEARSED)
+def test_the_rehearsal_overlay_changes_sizes_not_the_graph(name: str) -> None:
+    """Every step, data entry and component of the paper profile, with the same inputs."""
+    registry = load_registry()
+    path = ROOT / "recipes" / f"{name}.yaml"
+    paper = load_recipe(path, registry, "paper")
+    sets = [f"vars.{var}=/models/{var}" for var in ("mlm_ja", "mlm_en")] if name == "nt5" else []
+    rehearsal = load_recipe(path, registry, "rehearsal", sets)
+    assert list(rehearsal.steps) == list(paper.steps)
+    for step_id, spec in paper.steps.items():
+        other = rehearsal.steps[step_id]
+        assert (other.kind, other.inputs) == (spec.kind, spec.inputs), step_id
+        assert other.plugin.plugins_used() == spec.plugin.plugins_used(), step_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REHEARSED)
+def test_rehearsal_paper_graph_runs_end_to_end(
+    mirror: dict[str, Any], tmp_path: Path, name: str
+) -> None:
+    registry = load_registry()
+    path = ROOT / "recipes" / f"{name}.yaml"
+    recipe = load_recipe(path, registry, "rehearsal", rehearsal_sets(name, tmp_path))
+    runner = Runner(recipe, registry, tmp_path / "work", show_progress=False)
+    runner.run()
+    unfinished = [p.id for p, done in runner.status() if not done]
+    assert not unfinished
+    report = (tmp_path / "work" / "report.md").read_text(encoding="utf-8")
+    for step_id, spec in recipe.steps.items():
+        if spec.kind == "evaluate":
+            assert step_id.removeprefix("eval_").rsplit("_", 1)[0] in report
