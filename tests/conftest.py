@@ -85,3 +85,25 @@ def write_recipe(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
 def enja_files(tmp_path: Path) -> dict[str, Path]:
     """400 real En-Ja training pairs."""
     return real_slice(tmp_path / "data", "train", 400)
+
+
+def tiny_bert(where: Path, units: list[str], hidden: int, positions: int) -> tuple[Any, Any]:
+    """(tokenizer, model): a seeded, untrained one-layer BERT masked LM whose vocabulary is
+    ``units`` (words, or characters), its ``vocab.txt`` written into ``where``."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "vocab.txt").write_text("\n".join(special + units) + "\n", encoding="utf-8")
+    config = transformers.BertConfig(
+        vocab_size=len(special) + len(units),
+        hidden_size=hidden,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=positions,
+    )
+    torch.manual_seed(0)
+    tokenizer = transformers.BertTokenizer(str(where / "vocab.txt"))
+    return tokenizer, transformers.BertForMaskedLM(config)

@@ -22,6 +22,7 @@ from mtcore.stats import Stats
 from mtcore_plugins.sources import _mirror
 from mtcore_plugins.sources.url import UrlSource
 
+from .conftest import tiny_bert
 from .mirror import DATA, LINES, RECIPES, ROOT, build_mirror, real_rows
 from .test_sources import LoopbackServer
 
@@ -137,25 +138,11 @@ REHEARSED = ("nt5",)  # the recipes whose paper profile has a `rehearsal` overla
 def tiny_masked_lm(where: Path, lang: str) -> Path:
     """A random one-layer BERT whose vocabulary is the words (characters for Japanese) of real
     text, saved as a local Hugging Face directory: the reranker's masked LM at toy size."""
-    transformers = pytest.importorskip("transformers")
-    import torch
-
     text = [row[0] for row in real_rows((lang,), f"mlm.{lang}", 200)]
     units = sorted({u for line in text for u in (line if lang == "ja" else line.lower().split())})
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    where.mkdir(parents=True)
-    (where / "vocab.txt").write_text("\n".join(special + units) + "\n", encoding="utf-8")
-    transformers.BertTokenizer(str(where / "vocab.txt")).save_pretrained(where)
-    config = transformers.BertConfig(
-        vocab_size=len(special) + len(units),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    torch.manual_seed(0)
-    transformers.BertForMaskedLM(config).save_pretrained(where)
+    tokenizer, model = tiny_bert(where, units, hidden=32, positions=512)
+    tokenizer.save_pretrained(where)
+    model.save_pretrained(where)
     return where
 
 

@@ -30,7 +30,7 @@ from mtcore_plugins.tuners._bleu import (
 )
 from mtcore_plugins.tuners.mert import line_search
 
-from .conftest import ENJA, SHARED
+from .conftest import ENJA, SHARED, tiny_bert
 
 pytestmark = pytest.mark.skipif(not ENJA.is_dir(), reason=f"real data not found at {ENJA}")
 IWSLT = SHARED / "zh-ja" / "didi+iwslt2020_open_domain_translation" / "eval" / "data"
@@ -338,25 +338,12 @@ def test_masked_lm_needs_a_local_model_and_transformers(tmp_path: Path) -> None:
 def tiny_mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A one-layer BERT with a word-level vocabulary, trained for a few hundred masked-LM
     updates on 300 real English sentences and saved as a local Hugging Face directory."""
-    transformers = pytest.importorskip("transformers")
     import torch
 
     sentences = real_lines("train", "en", 300)
     words = sorted({w for line in sentences for w in line.lower().split()})
     where = tmp_path_factory.mktemp("mlm")
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    (where / "vocab.txt").write_text("\n".join(special + words) + "\n", encoding="utf-8")
-    tokenizer = transformers.BertTokenizer(str(where / "vocab.txt"))
-    config = transformers.BertConfig(
-        vocab_size=len(special) + len(words),
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    model = transformers.BertForMaskedLM(config)
+    tokenizer, model = tiny_bert(where, words, hidden=64, positions=64)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     rng = random.Random(0)
     for _ in range(300):
