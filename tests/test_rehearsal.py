@@ -132,7 +132,8 @@ def test_a_mirror_without_the_file_names_the_entry_and_the_mirror_address(
 
 # --- the paper graphs at toy sizes ---------------------------------------------------------
 
-REHEARSED = ("nt5",)  # the recipes whose paper profile has a `rehearsal` overlay
+OVERLAID = ("nt5", "hwtsc")  # the recipes whose paper profile has a `rehearsal` overlay
+REHEARSED = ("nt5",)  # ... and whose rehearsal runs end to end (hwtsc: not yet run)
 
 
 def tiny_masked_lm(where: Path, lang: str) -> Path:
@@ -155,7 +156,7 @@ def rehearsal_sets(name: str, where: Path) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("name", REHEARSED)
+@pytest.mark.parametrize("name", OVERLAID)
 def test_the_rehearsal_overlay_changes_sizes_not_the_graph(name: str) -> None:
     """Every step, data entry and component of the paper profile, with the same inputs."""
     registry = load_registry()
