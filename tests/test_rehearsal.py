@@ -52,19 +52,22 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             _mirror._replicas.clear()
 
 
+def place_ccmt(where: Path) -> Path:
+    """Yishu's CCMT is registration-only, a local entry: its files placed where it says."""
+    ccmt = where / "ccmt"
+    ccmt.mkdir(exist_ok=True)
+    rows = real_rows(("en", "zh"), "yishu.ccmt")
+    for i, lang in enumerate(("en", "zh")):
+        (ccmt / f"ccmt.{lang}").write_text("".join(f"{r[i]}\n" for r in rows), "utf-8")
+    return ccmt
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_rehearsal_every_paper_corpus_downloads_and_reads(
     mirror: dict[str, Any], tmp_path: Path, name: str
 ) -> None:
     registry = load_registry()
-    sets = []
-    if name == "yishu":  # CCMT is registration-only: a local entry, placed where it says
-        ccmt = tmp_path / "ccmt"
-        ccmt.mkdir()
-        for i, lang in enumerate(("en", "zh")):
-            rows = real_rows(("en", "zh"), "yishu.ccmt")
-            (ccmt / f"ccmt.{lang}").write_text("".join(f"{r[i]}\n" for r in rows), "utf-8")
-        sets.append(f"data.ccmt.dir={ccmt}")
+    sets = [f"vars.ccmt_dir={place_ccmt(tmp_path)}"] if name == "yishu" else []
     recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml", registry, "paper", sets)
     entries = [sid for sid, spec in recipe.steps.items() if spec.kind == "fetch"]
     runner = Runner(recipe, registry, tmp_path / "work", show_progress=False)
@@ -132,8 +135,8 @@ def test_a_mirror_without_the_file_names_the_entry_and_the_mirror_address(
 
 # --- the paper graphs at toy sizes ---------------------------------------------------------
 
-OVERLAID = ("nt5", "hwtsc")  # the recipes whose paper profile has a `rehearsal` overlay
-REHEARSED = ("nt5",)  # ... and whose rehearsal runs end to end (hwtsc: not yet run)
+OVERLAID = ("nt5", "yishu", "hwtsc")  # the recipes whose paper profile has a rehearsal overlay
+REHEARSED = ("nt5",)  # ... and whose rehearsal runs end to end (yishu, hwtsc: not yet run)
 
 
 def tiny_masked_lm(where: Path, lang: str) -> Path:
@@ -148,6 +151,8 @@ def tiny_masked_lm(where: Path, lang: str) -> Path:
 
 
 def rehearsal_sets(name: str, where: Path) -> list[str]:
+    if name == "yishu":
+        return [f"vars.ccmt_dir={place_ccmt(where)}"]
     if name == "nt5":
         return [
             f"vars.mlm_ja={tiny_masked_lm(where / 'mlm_ja', 'ja')}",
