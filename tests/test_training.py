@@ -573,3 +573,18 @@ def test_two_processes_through_torchrun_on_cpu(
     double = records(log, "train_inner")
     ratio = sum(float(r["wpb"]) for r in double) / sum(float(r["wpb"]) for r in single)
     assert 1.6 < ratio < 2.4
+
+
+@pytest.mark.slow
+def test_two_processes_continue_from_a_checkpoint(
+    parent: Path, vocabs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A model continued (``init``) in two processes, as a paper profile's continued stages
+    train on 8 GPUs: fairseq loads the checkpoint on rank 0 and would send it to the others as
+    a pickle that torch's weights-only loader refuses (its cfg is an OmegaConf DictConfig);
+    every rank reads the file itself instead (found by the Yishu rehearsal)."""
+    config = {**PARENT, "distributed_world_size": 2, "max_update": 4, "save_interval_updates": 2}
+    ctx = train(tmp_path, config, vocabs["data_a"], init=parent)
+    text = (tmp_path / "model/train.log").read_text(encoding="utf-8")
+    assert "distributed init (rank 1)" in text and "'load_checkpoint_on_all_dp_ranks': True" in text
+    assert ctx.metrics["updates"] == 4 and (tmp_path / "model/checkpoint.pt").exists()

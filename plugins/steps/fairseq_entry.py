@@ -198,7 +198,11 @@ def _distributed_args(rest: list[str]) -> list[str]:
     """Under torchrun (``--nproc``) each worker tells fairseq its rank explicitly: fairseq 0.12's
     own reading of the torchrun environment divides by ``torch.cuda.device_count()`` and fails
     on CPU. On CPU the collectives go through gloo, and fairseq's ``legacy_ddp`` replaces
-    PyTorch's DistributedDataParallel (which fairseq hands a CUDA ``device_ids`` list)."""
+    PyTorch's DistributedDataParallel (which fairseq hands a CUDA ``device_ids`` list).
+
+    Every rank reads a checkpoint it starts or resumes from itself: fairseq otherwise loads it
+    on rank 0 and sends it to the others as a pickle whose cfg is an OmegaConf ``DictConfig``,
+    which torch's weights-only loader refuses (a continued model could not train on 8 GPUs)."""
     import torch
 
     if "WORLD_SIZE" not in os.environ or "--distributed-init-method" in rest:
@@ -210,6 +214,8 @@ def _distributed_args(rest: list[str]) -> list[str]:
         "--device-id", os.environ.get("LOCAL_RANK", "0"),
         "--distributed-no-spawn",
     ]  # fmt: skip
+    if "--load-checkpoint-on-all-dp-ranks" not in rest:
+        args.append("--load-checkpoint-on-all-dp-ranks")
     if not torch.cuda.is_available():
         if "--distributed-backend" not in rest:
             args += ["--distributed-backend", "gloo"]
