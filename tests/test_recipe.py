@@ -74,6 +74,19 @@ def test_valid_recipe_builds_data_and_steps(registry):
             lambda d: d["steps"]["split"]["inputs"].update(corpus="clean.kept"),
             "has no output 'kept'",
         ),
+        # reading an output the step's settings leave unwritten (no n-best without nbest)
+        (
+            lambda d: d["steps"].update(
+                hyp={
+                    "kind": "translate",
+                    "inputs": {"model": "split", "corpus": "split.test", "spm": "split"},
+                    "src": "en",
+                    "tgt": "ja",
+                },
+                pool={"kind": "concat", "inputs": {"n": "hyp.nbest"}},
+            ),
+            "step 'hyp' does not write output 'nbest' with its settings (it writes: hyp)",
+        ),
     ],
 )
 def test_problem_is_reported_with_location(registry, mutate, expected):

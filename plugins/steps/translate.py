@@ -177,6 +177,10 @@ class TranslateStep(Step):
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]
 
+    def written_outputs(self) -> tuple[str, ...]:
+        """No n-best list without ``nbest``: a reader of one is a validation error."""
+        return self.outputs if self.config.nbest else ("hyp",)
+
     def identity(self, registry: Any) -> dict[str, Any]:
         """The fairseq backend at its defaults is the decoding every existing run did: those
         settings stay out of the hash, so adding them kept every translate step's artifacts."""
