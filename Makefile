@@ -13,7 +13,11 @@ test: setup
 
 # The slow tier: default-profile runs of the recipes and other end-to-end trainings.
 test-slow: setup
-	.venv/bin/python -m pytest -q -m slow
+	.venv/bin/python -m pytest -q -m "slow and not long"
+
+# Slow tests past CI's budget: the NT5 and HW-TSC paper-graph rehearsals (about 7 minutes).
+test-long: setup
+	.venv/bin/python -m pytest -q -m long
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy mtcore

@@ -135,9 +135,14 @@ def test_a_mirror_without_the_file_names_the_entry_and_the_mirror_address(
 
 # --- the paper graphs at toy sizes ---------------------------------------------------------
 
-REHEARSED = ("nt5", "yishu", "hwtsc")
+REHEARSED = (
+    pytest.param("nt5", marks=pytest.mark.long),
+    "yishu",
+    pytest.param("hwtsc", marks=pytest.mark.long),
+)
 """The recipes whose paper profile has a `rehearsal` overlay (tests/test_recipes.py checks, as
-for every overlay, that it changes sizes, not the graph)."""
+for every overlay, that it changes sizes, not the graph). CI's slow tier runs Yishu's (102 s);
+NT5's (270 s) and HW-TSC's (134 s) are `long`, past CI's 90 minutes (`make test-long`)."""
 
 
 def tiny_masked_lm(where: Path, lang: str) -> Path:
