@@ -15,7 +15,8 @@ test: setup
 test-slow: setup
 	.venv/bin/python -m pytest -q -m "slow and not long"
 
-# Slow tests past CI's budget: the NT5 and HW-TSC paper-graph rehearsals (about 7 minutes).
+# Slow tests past CI's budget: the NT5 and HW-TSC paper-graph rehearsals and the every-team
+# WMT score sweep (about 14 minutes).
 test-long: setup
 	.venv/bin/python -m pytest -q -m long
 

@@ -201,6 +201,7 @@ def sweep() -> list[tuple[int, str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 293 systems, about 6.5 minutes: past CI's budget (the fast set runs there)
 @pytest.mark.parametrize(("year", "pair", "system"), sweep() or [(22, "en-ja", "NT5")])
 def test_every_team_official_scores_reproduced(registry, year, pair, system):
     """Every team of every direction with outputs, both years (seed directions and others)."""
