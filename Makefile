@@ -9,16 +9,16 @@ nt5: setup
 
 # The fast tier (minutes): every test not marked slow, the four recipes' smoke profiles included.
 test: setup
-	.venv/bin/python -m pytest -q -m "not slow"
+	.venv/bin/python -m pytest -q -m "not slow" --durations=15
 
 # The slow tier: default-profile runs of the recipes and other end-to-end trainings.
 test-slow: setup
-	.venv/bin/python -m pytest -q -m "slow and not long"
+	.venv/bin/python -m pytest -q -m "slow and not long" --durations=25
 
-# Slow tests past CI's budget: the NT5 and HW-TSC paper-graph rehearsals and the every-team
-# WMT score sweep (about 14 minutes).
+# Slow tests past CI's budget: the NT5, HW-TSC and Xiaomi paper-graph rehearsals and the
+# every-team WMT score sweep (about 22 minutes).
 test-long: setup
-	.venv/bin/python -m pytest -q -m long
+	.venv/bin/python -m pytest -q -m long --durations=15
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy mtcore
