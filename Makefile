@@ -7,18 +7,23 @@ setup:
 nt5: setup
 	.venv/bin/mtcore run recipes/nt5.yaml
 
+# The test tiers run in TEST_WORKERS pytest-xdist workers (2: CI's cores), one test file per
+# worker at a time (--dist loadfile), so a file's module fixtures (trained models) are built once.
+TEST_WORKERS ?= 2
+PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 # The fast tier (minutes): every test not marked slow, the four recipes' smoke profiles included.
 test: setup
-	.venv/bin/python -m pytest -q -m "not slow" --durations=15
+	$(PYTEST) -m "not slow" --durations=15
 
-# The slow tier: default-profile runs of the recipes and other end-to-end trainings.
+# The slow tier: default-profile runs of the recipes, the four paper-graph rehearsals and the
+# other end-to-end trainings.
 test-slow: setup
-	.venv/bin/python -m pytest -q -m "slow and not long" --durations=25
+	$(PYTEST) -m "slow and not long" --durations=25
 
-# Slow tests past CI's budget: the NT5, HW-TSC and Xiaomi paper-graph rehearsals and the
-# every-team WMT score sweep (about 22 minutes).
+# Slow tests past CI's budget: the every-team WMT score sweep (about 6.5 minutes).
 test-long: setup
-	.venv/bin/python -m pytest -q -m long --durations=15
+	$(PYTEST) -m long --durations=15
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy mtcore

@@ -135,16 +135,11 @@ def test_a_mirror_without_the_file_names_the_entry_and_the_mirror_address(
 
 # --- the paper graphs at toy sizes ---------------------------------------------------------
 
-REHEARSED = (
-    pytest.param("nt5", marks=pytest.mark.long),
-    "yishu",
-    pytest.param("hwtsc", marks=pytest.mark.long),
-    pytest.param("xiaomi", marks=pytest.mark.long),
-)
+REHEARSED = ("nt5", "yishu", "hwtsc", "xiaomi")
 """The recipes whose paper profile has a `rehearsal` overlay (tests/test_recipes.py checks, as
-for every overlay, that it changes sizes, not the graph). CI's slow tier runs Yishu's (102 s);
-NT5's (270 s), HW-TSC's (134 s) and Xiaomi's (465 s) are `long`, past CI's 90 minutes
-(`make test-long`)."""
+for every overlay, that it changes sizes, not the graph). All four run in CI's slow tier: NT5's
+270 s, Yishu's 102 s, HW-TSC's 134 s and Xiaomi's 465 s on 2 idle cores, one after the other
+on one of the tier's two workers."""
 
 
 def tiny_masked_lm(where: Path, lang: str) -> Path:
