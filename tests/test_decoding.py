@@ -175,6 +175,8 @@ def test_nbest_entries(setup: dict[str, Path], tmp_path: Path) -> None:
     # empty and zero-piece sources: one empty hypothesis; the over-long one is truncated
     assert [texts([entries[i]]) for i in (45, 46)] == [[[""]], [[""]]]
     assert ctx.stats["translate.empty"] == 2 and ctx.stats["translate.truncated"] == 1
+    blank = [i for i, hyp in enumerate(hyps) if not hyp.strip() and i not in (45, 46)]
+    assert ctx.stats["translate.empty_output"] == len(blank)
     meta = Artifact.open(tmp_path / "nbest").meta
     assert meta["type"] == "nbest" and meta["lines"] == LINES and meta["n"] == 3
     assert meta["features"] == ["fwd"] and (meta["src"], meta["tgt"]) == ("en", "ja")

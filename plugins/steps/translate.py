@@ -240,6 +240,10 @@ class TranslateStep(Step):
                     )
                 for text in hyps:
                     writer.write((text,))
+                # Empty sources always give empty outputs (translate.empty); an empty output
+                # of a non-empty source is the model's (a toy or broken model's typical sign).
+                blank = sum(1 for text in hyps if not text.strip())
+                ctx.stats.add("translate.empty_output", blank - counts.get("translate.empty", 0))
                 if nbest is not None and lists is not None:
                     nbest.write_many(first, lines, lists)
                 ctx.stats.merge(counts)
