@@ -47,9 +47,8 @@ def tiny_recipe(tmp_path: Path) -> Path:
                 "inputs": {"data": "binarize"},
                 "arch": "mtcore_transformer_micro",
                 "max_update": 60,
-                # 60 updates of ~8 pairs stay inside epoch 1: a kill at any checkpoint resumes
-                # byte-identically there (a resume in the middle of epoch 2 does not yet: see
-                # the SIGTERM test)
+                # 60 updates of ~8 pairs stay inside epoch 1 (a resume in a later epoch is
+                # tests/test_training_resume.py's)
                 "max_tokens": 256,
                 "lr": 0.003,
                 "warmup_updates": 10,
@@ -143,12 +142,7 @@ def test_sigterm_and_ctrl_c_stop_promptly_and_the_run_resumes(tmp_path, sig):
     """Stopped mid-training, the run exits within seconds with a message that says how to
     resume, leaves no process behind (trainer, zygote, pool workers), and the rerun resumes the
     training and finishes. Ctrl-C reaches the whole foreground process group; SIGTERM (a
-    scheduler, ``kill``) only mtcore itself.
-
-    Known defect (issue 22's sweep): with 22 updates an epoch, a training stopped after its
-    update-40 checkpoint (mid epoch 2) resumes to a slightly different model than an
-    uninterrupted one; stopped mid epoch 1 it resumes byte-identically, so the tiny recipe's
-    training stays inside epoch 1."""
+    scheduler, ``kill``) only mtcore itself."""
     recipe = tiny_recipe(tmp_path)
     work = tmp_path / "stopped"
     proc = subprocess.Popen(

@@ -178,6 +178,40 @@ def _empty_outputs_score_zero_bleu() -> None:
     train.get_valid_stats = with_bleu
 
 
+def _resumed_batches_as_in_epoch_one() -> None:
+    """fairseq 0.12 makes a training set's batches once, with the first iterator, ordering the
+    examples with the seed ``seed + epoch`` (``FairseqTask.get_batch_iterator``), and reuses them
+    in every later epoch. A run resumed in epoch k > 1 made them with ``seed + k``: the same
+    examples, but equal lengths in another order, so batches differ and the resumed training
+    drifts from the run it continues (a kill in epoch 2 resumed to a slightly different model).
+    Where the batches are reused across epochs, the first iterator of a resumed run is made as
+    in epoch 1; the checkpoint's iterator state then sets its epoch and position."""
+    import inspect
+
+    from fairseq.tasks import FairseqTask
+
+    original = FairseqTask.get_batch_iterator
+    signature = inspect.signature(original)
+
+    def first_epoch_batches(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = signature.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        given = call.arguments
+        reused = (
+            given["epoch"] > 1
+            and not given["disable_iterator_cache"]
+            and not given["update_epoch_batch_itr"]
+            and not getattr(self.cfg, "rebuild_batches", False)
+            and given["dataset"] not in self.dataset_to_epoch_iter
+            and self.can_reuse_epoch_itr(given["dataset"])
+        )
+        if reused:
+            given["epoch"] = 1
+        return original(*call.args, **call.kwargs)
+
+    FairseqTask.get_batch_iterator = first_epoch_batches  # type: ignore[method-assign]
+
+
 def _criterion_takes(name: str, setting: str) -> bool:
     """Whether fairseq criterion ``name`` (registered by now) has the setting ``setting``."""
     from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
@@ -278,6 +312,7 @@ def _train(argv: list[str]) -> None:
         _keep_best(Path(_option(rest, "--save-dir", "checkpoints")), ours.keep_best)
     if "--eval-bleu" in rest:
         _empty_outputs_score_zero_bleu()
+    _resumed_batches_as_in_epoch_one()
     criterion = _option(rest, "--criterion", "cross_entropy")
     if ours.label_smoothing is not None and _criterion_takes(criterion, "label_smoothing"):
         rest += ["--label-smoothing", str(ours.label_smoothing)]
