@@ -20,6 +20,7 @@ from mtcore_plugins.steps.checkpoints import (
     average_checkpoints,
     best_entries,
     keep_best,
+    save_for_inference,
     select_best,
 )
 from mtcore_plugins.steps.fairseq_entry import add_safe_globals, reverse_tokens
@@ -129,6 +130,35 @@ def test_average_is_the_mean_of_the_inputs(tmp_path: Path) -> None:
     assert "last_optimizer_state" not in averaged
     assert averaged["optimizer_history"] == [{"num_updates": 15}]
     assert averaged["extra_state"] == {"train_iterator": {"epoch": 1}}
+
+
+def test_the_inference_checkpoint_names_no_path_of_its_workdir(tmp_path: Path) -> None:
+    """A model trained from another one kept that model's absolute path (fairseq's
+    finetune_from_model), so the same model had other bytes in another workdir (the kill
+    sweep's first finding); an unset path stays unset."""
+    import argparse
+
+    import torch
+
+    def state(init: str | None) -> dict[str, Any]:
+        flat = argparse.Namespace(save_dir="/w/a/ckpt", data="/w/a/bin", finetune_from_model=init)
+        cfg = {
+            "checkpoint": {"save_dir": "/w/a/ckpt", "finetune_from_model": init},
+            "task": {"data": "/w/a/bin"},
+            "model": flat,
+        }
+        return {"cfg": cfg, "model": {"w": torch.ones(2)}, "extra_state": {}}
+
+    for init, written in (("/w/a/steps/base/model/checkpoint.pt", "init.pt"), (None, None)):
+        save_for_inference(state(init), {"w": torch.ones(2)}, tmp_path / "model.pt")
+        cfg = load(tmp_path / "model.pt")["cfg"]
+        assert cfg["checkpoint"] == {"save_dir": "checkpoints", "finetune_from_model": written}
+        assert cfg["task"] == {"data": "."}
+        assert vars(cfg["model"]) == {
+            "save_dir": "checkpoints",
+            "data": ".",
+            "finetune_from_model": written,
+        }
 
 
 def test_keep_best_keeps_the_best_n(tmp_path: Path) -> None:

@@ -166,8 +166,14 @@ def select_best(save_dir: Path, n: int) -> list[Path]:
 # --- averaging -------------------------------------------------------------------------------
 
 STABLE_EXTRA_STATE = ("train_iterator", "val_loss", "best")
-# Absolute paths fairseq keeps in a checkpoint's config; loading overrides them anyway.
-PATH_SETTINGS = (("checkpoint", "save_dir", "checkpoints"), ("task", "data", "."))
+# Absolute paths fairseq keeps in a checkpoint's config (where set); loading overrides them
+# anyway. finetune_from_model: a model trained from another (`init`) named that file, inside
+# the workdir, so the same model had other bytes in another workdir (found by the kill sweep).
+PATH_SETTINGS = (
+    ("checkpoint", "save_dir", "checkpoints"),
+    ("task", "data", "."),
+    ("checkpoint", "finetune_from_model", "init.pt"),
+)
 
 
 def average_checkpoints(paths: Sequence[Path], output: Path) -> None:
@@ -218,10 +224,12 @@ def save_for_inference(state: dict[str, Any], model: dict[str, Any], output: Pat
     cfg = light.get("cfg")
     if isinstance(cfg, dict):
         for section, key, placeholder in PATH_SETTINGS:
-            if isinstance(cfg.get(section), dict) and key in cfg[section]:
+            if isinstance(cfg.get(section), dict) and cfg[section].get(key) is not None:
                 cfg[section][key] = placeholder
             # Legacy architectures keep a flat argparse copy of every setting in cfg.model.
-            if isinstance(cfg.get("model"), argparse.Namespace) and hasattr(cfg["model"], key):
+            if isinstance(cfg.get("model"), argparse.Namespace) and getattr(
+                cfg["model"], key, None
+            ):
                 setattr(cfg["model"], key, placeholder)
     partial = output.with_name(output.name + ".partial")
     torch.save(light, partial)

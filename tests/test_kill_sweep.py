@@ -1,0 +1,178 @@
+"""Issue 22's kill sweep: each recipe's smoke profile is run once through; then again in a fresh
+workdir, its whole process group killed with SIGKILL at K moments and the same `mtcore run`
+started again after each kill. No rerun may fail, and the finished workdir must hold exactly the
+steps of the uninterrupted run with the same output hashes.
+
+The moments come from the first run's step timings: the longest step of every step kind, then
+the longest of the rest until there are K (``MTCORE_KILL_SWEEP`` sets K, default 8). A kill
+waits for its step's partial directory, stops the group there (SIGSTOP, so a step of a few
+milliseconds is still caught inside), lets a share of the step's first duration pass before
+that when the step is long enough, and kills. Each moment's step and kind are printed (``-s``
+shows them); kinds whose every step finished before it could be caught are named too."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
+KILLS = int(os.environ.get("MTCORE_KILL_SWEEP", "8"))
+SHARES = (0.5, 0.25, 0.75, 0.1, 0.9, 0.4, 0.6)  # of a step's first duration, kill after kill
+RUNNING = re.compile(r"^(\S+ \S+) INFO mtcore: step (\S+) \((\S+)\): (?:running|resuming) in ")
+
+
+@dataclass
+class Step:
+    id: str
+    kind: str
+    order: int
+    seconds: float
+
+
+def timings(work: Path) -> list[Step]:
+    """Every step the run ran, in order, with its kind and seconds (from the manifests)."""
+    order: dict[str, tuple[int, str]] = {}
+    for log in sorted((work / "logs").glob("run-*.log")):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            found = RUNNING.match(line)
+            if found and found[2] not in order:
+                order[found[2]] = (len(order), found[3])
+    seconds = {
+        m["id"]: float(m["seconds"])
+        for m in (json.loads(p.read_text()) for p in (work / "steps").glob("*/manifest.json"))
+    }
+    return [Step(sid, kind, n, seconds[sid]) for sid, (n, kind) in order.items()]
+
+
+def targets(steps: list[Step], count: int) -> list[Step]:
+    """The longest step of each kind, then the longest others, up to ``count``, in run order."""
+    ranked = sorted(steps, key=lambda s: -s.seconds)
+    chosen: dict[str, Step] = {}
+    for step in ranked:
+        if step.kind not in {s.kind for s in chosen.values()}:
+            chosen[step.id] = step
+    for step in ranked:
+        if len(chosen) >= count:
+            break
+        chosen.setdefault(step.id, step)
+    return sorted(chosen.values(), key=lambda s: s.order)
+
+
+def outputs(work: Path) -> dict[str, dict[str, str]]:
+    """Step directory -> its manifest's output hashes."""
+    return {
+        p.parent.name: json.loads(p.read_text())["outputs"]
+        for p in (work / "steps").glob("*/manifest.json")
+    }
+
+
+class Run:
+    """One `mtcore run` of the smoke profile in its own process group."""
+
+    def __init__(self, recipe: str, work: Path, number: int) -> None:
+        self.err = work.parent / f"{work.name}.{number}.stderr"
+        recipe_file = str(ROOT / "recipes" / f"{recipe}.yaml")
+        with open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [*MTCORE, "run", recipe_file, "-p", "smoke", "-w", str(work), "-q"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+
+    def failed(self) -> str | None:
+        """The error output of a run that ended by itself with a non-zero status."""
+        code = self.proc.poll()
+        if code is None or code == 0:
+            return None
+        return f"exit {code}: " + self.err.read_text(errors="replace")[-3000:]
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for _ in range(200):  # children die with their parent: wait until the group is gone
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        raise AssertionError("processes of the killed run are still alive")
+
+
+def running_step(work: Path, step: Step) -> bool:
+    return any((work / "steps" / ".partial").glob(f"{step.id}-*"))
+
+
+def finished(work: Path, step: Step) -> bool:
+    return any((work / "steps").glob(f"{step.id}-*/manifest.json"))
+
+
+def kill_during(run: Run, work: Path, step: Step, share: float) -> str:
+    """Waits for ``step`` to run and kills the run there: 'hit', 'missed' (it finished first),
+    or 'ended' (the run ended first)."""
+    while not running_step(work, step):
+        if finished(work, step):
+            return "missed"
+        if run.proc.poll() is not None:
+            return "ended"
+        time.sleep(0.001)
+    os.killpg(run.proc.pid, signal.SIGSTOP)
+    if finished(work, step):  # done between the look and the stop: let it go on
+        os.killpg(run.proc.pid, signal.SIGCONT)
+        return "missed"
+    pause = share * step.seconds
+    if pause > 0.05:  # long enough to let it go on for a while
+        os.killpg(run.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + pause
+        while time.monotonic() < deadline and not finished(work, step):
+            time.sleep(0.005)
+    run.kill()
+    return "hit"
+
+
+@pytest.mark.parametrize("recipe", ["nt5", "yishu", "xiaomi", "hwtsc"])
+def test_kill_sweep_resumes_to_the_uninterrupted_outputs(recipe: str, tmp_path: Path) -> None:
+    through = tmp_path / "through"
+    first = Run(recipe, through, 0)
+    assert first.proc.wait() == 0, first.failed()
+    steps = timings(through)
+    plan = targets(steps, KILLS)
+    work = tmp_path / "killed"
+    hits: list[str] = []
+    number = 1
+    run = Run(recipe, work, number)
+    started = time.monotonic()
+    for n, step in enumerate(plan):
+        outcome = kill_during(run, work, step, SHARES[n % len(SHARES)])
+        assert outcome != "ended", run.failed() or f"the run ended before {step.id}"
+        if outcome == "hit":
+            hits.append(step.kind)
+            print(f"{recipe}: killed in {step.id} ({step.kind}, {step.seconds:.2f} s)")
+            number += 1
+            run = Run(recipe, work, number)
+        else:
+            print(f"{recipe}: {step.id} ({step.kind}, {step.seconds:.3f} s) finished uncaught")
+    assert run.proc.wait() == 0, run.failed()
+    seconds = time.monotonic() - started
+    kinds = {s.kind for s in steps}
+    print(f"{recipe}: {len(hits)} kills in {seconds:.0f} s; kinds hit {sorted(set(hits))}")
+    print(f"{recipe}: kinds not hit {sorted(kinds - set(hits))}")
+    # A step of 50 ms or more cannot finish unseen between two looks 1 ms apart.
+    catchable = {s.kind for s in steps if s.seconds >= 0.05}
+    assert catchable <= set(hits), f"kinds not hit: {sorted(catchable - set(hits))}"
+    want, got = outputs(through), outputs(work)
+    assert sorted(got) == sorted(want), "the killed run's steps differ"
+    differ = [d for d in want if want[d] != got[d]]
+    assert not differ, f"outputs differ after kills in {hits}: {differ}"
+    assert not list((work / "steps" / ".partial").iterdir())
