@@ -7,8 +7,9 @@ The moments come from the first run's step timings: the longest step of every st
 the longest of the rest until there are K (``MTCORE_KILL_SWEEP`` sets K, default 8). A kill
 waits for its step's partial directory, stops the group there (SIGSTOP, so a step of a few
 milliseconds is still caught inside), lets a share of the step's first duration pass before
-that when the step is long enough, and kills. Each moment's step and kind are printed (``-s``
-shows them); kinds whose every step finished before it could be caught are named too."""
+that when the step is long enough, and kills. A step that slips by (a busy machine) gives its
+place to the next-longest later step of its kind. Each moment's step and kind are printed
+(``-s`` shows them), and so are kinds whose every step finished before it could be caught."""
 
 from __future__ import annotations
 
@@ -153,7 +154,9 @@ def test_kill_sweep_resumes_to_the_uninterrupted_outputs(recipe: str, tmp_path: 
     number = 1
     run = Run(recipe, work, number)
     started = time.monotonic()
-    for n, step in enumerate(plan):
+    n = 0
+    while n < len(plan):
+        step = plan[n]
         outcome = kill_during(run, work, step, SHARES[n % len(SHARES)])
         assert outcome != "ended", run.failed() or f"the run ended before {step.id}"
         if outcome == "hit":
@@ -161,8 +164,15 @@ def test_kill_sweep_resumes_to_the_uninterrupted_outputs(recipe: str, tmp_path: 
             print(f"{recipe}: killed in {step.id} ({step.kind}, {step.seconds:.2f} s)")
             number += 1
             run = Run(recipe, work, number)
-        else:
+        else:  # a busy machine can let a short step slip by: try the kind's next step
             print(f"{recipe}: {step.id} ({step.kind}, {step.seconds:.3f} s) finished uncaught")
+            later = [
+                s for s in steps if s.kind == step.kind and s.order > step.order and s not in plan
+            ]
+            if step.kind not in hits and later:
+                plan.append(max(later, key=lambda s: s.seconds))
+                plan[n + 1 :] = sorted(plan[n + 1 :], key=lambda s: s.order)
+        n += 1
     assert run.proc.wait() == 0, run.failed()
     seconds = time.monotonic() - started
     kinds = {s.kind for s in steps}
