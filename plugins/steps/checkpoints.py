@@ -227,10 +227,9 @@ def save_for_inference(state: dict[str, Any], model: dict[str, Any], output: Pat
             if isinstance(cfg.get(section), dict) and cfg[section].get(key) is not None:
                 cfg[section][key] = placeholder
             # Legacy architectures keep a flat argparse copy of every setting in cfg.model.
-            if isinstance(cfg.get("model"), argparse.Namespace) and getattr(
-                cfg["model"], key, None
-            ):
-                setattr(cfg["model"], key, placeholder)
+            flat = cfg.get("model")
+            if isinstance(flat, argparse.Namespace) and getattr(flat, key, None) is not None:
+                setattr(flat, key, placeholder)
     partial = output.with_name(output.name + ".partial")
     torch.save(light, partial)
     os.replace(partial, output)
