@@ -212,3 +212,33 @@ def test_force_decoding_refuses_or_falls_back(setup: dict[str, Path]) -> None:
     auto = registry.load("scorers", "forward").from_dict({"backend": "auto"})
     auto.setup("en", "ja", resources)
     assert type(auto.decoder).__name__ == "ForceDecoder"
+
+
+@pytest.mark.parametrize("noisy", ["model", "r2l"])
+def test_denoise_scores_equal_fairseq(setup: dict[str, Path], noisy: str) -> None:
+    """HW-TSC's denoise score (§2.3) through CTranslate2's score_batch equals fairseq's, the
+    over-long pair NaN in both (it fails the threshold and ranks last), an empty target
+    scored on its EOS; a model that does not convert is refused, or scored by fairseq."""
+    registry = load_registry()
+    sources = (DATA / "dev.en").read_text(encoding="utf-8").splitlines()[:60]
+    targets = (DATA / "dev.ja").read_text(encoding="utf-8").splitlines()[:60]
+    pairs = [*zip(sources, targets, strict=True), ("the " * 600, "長い"), ("i see .", "")]
+    resources = {"clean": setup["trained"], "noisy": setup[noisy], "spm": setup["spm"]}
+    found = {}
+    for backend in ("fairseq", "ctranslate2"):
+        plugin = registry.load("filters", "denoise").from_dict({"backend": backend})
+        plugin.setup(("en", "ja"), resources)
+        found[backend] = plugin.score(pairs)
+    assert type(plugin._ct2("clean")).__name__ == "Ct2ForceDecoder"
+    assert found["ctranslate2"][:-2] == pytest.approx(found["fairseq"][:-2], abs=1e-4)
+    assert found["fairseq"][-2] != found["fairseq"][-2]  # NaN
+    assert found["ctranslate2"][-2] != found["ctranslate2"][-2]
+    assert found["ctranslate2"][-1] == pytest.approx(found["fairseq"][-1], abs=1e-4)
+    b2t = {**resources, "noisy": setup["b2t"], "clean": setup["b2t"]}
+    strict = registry.load("filters", "denoise").from_dict({"backend": "ctranslate2"})
+    strict.setup(("en", "ja"), b2t)
+    with pytest.raises(PluginError, match="cannot score: B2T connections"):
+        strict.score(pairs[:2])
+    auto = registry.load("filters", "denoise").from_dict({"backend": "auto"})
+    auto.setup(("en", "ja"), b2t)
+    assert auto.score(pairs[:2]) == pytest.approx([0.0, 0.0], abs=1e-9)

@@ -3,7 +3,8 @@ one converted model, the ``forward`` / ``backward`` rerank features (NT5 §5.1, 
 at CTranslate2's speed. Same contract as :class:`~force_decode.ForceDecoder`: summed natural-log
 probability with EOS, and the target's tokens with EOS, per pair; sides longer than the
 model's positions are scored on the part the model can read, as fairseq's force decoder
-scores them. Ensembles stay with fairseq (CTranslate2 has none).
+scores them (or get a given value: the denoise filter's NaN). Ensembles stay with fairseq
+(CTranslate2 has none).
 """
 
 from __future__ import annotations
@@ -35,32 +36,64 @@ class Ct2ForceDecoder:
         self.direction, self.max_tokens = direction, max_tokens
         self.max_source, self.max_target = limits(model_dir)
 
-    def score(self, sources: Sequence[str], targets: Sequence[str]) -> tuple[Any, Any]:
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], overlong: float | None = None
+    ) -> tuple[Any, Any]:
+        """With ``overlong`` set, a pair with a side longer than the model's positions is not
+        scored on its readable part but gets that value (the denoise filter's NaN)."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
-        src = [_cut(p, self.max_source) for p in self.spm.encode(list(sources), out_type=str)]
-        tgt = [_cut(p, self.max_target) for p in self.spm.encode(list(targets), out_type=str)]
+        src = self.spm.encode(list(sources), out_type=str)
+        tgt = self.spm.encode(list(targets), out_type=str)
+        rows = [
+            i
+            for i, (a, b) in enumerate(zip(src, tgt, strict=True))
+            if overlong is None or (_fits(a, self.max_source) and _fits(b, self.max_target))
+        ]
+        src = [_cut(p, self.max_source) for p in src]
+        tgt = [_cut(p, self.max_target) for p in tgt]
         if self.direction == "r2l":
             tgt = [pieces[::-1] for pieces in tgt]
-        results = self.model.score_batch(
-            src, tgt, max_batch_size=self.max_tokens, batch_type="tokens", max_input_length=0
+        results = (
+            self.model.score_batch(
+                [src[i] for i in rows],
+                [tgt[i] for i in rows],
+                max_batch_size=self.max_tokens,
+                batch_type="tokens",
+                max_input_length=0,
+            )
+            if rows
+            else []
         )
-        sums = np.array([float(sum(r.log_probs)) for r in results])
+        sums = np.full(len(src), np.nan if overlong is None else overlong)
+        for i, result in zip(rows, results, strict=True):
+            sums[i] = float(sum(result.log_probs))
         counts = np.array([len(t) + 1 for t in tgt], dtype=np.int64)
         return sums, counts
 
 
+def _fits(pieces: list[str], limit: int | None) -> bool:
+    return limit is None or len(pieces) + 1 <= limit
+
+
 def _cut(pieces: list[str], limit: int | None) -> list[str]:
     """The pieces a model of ``limit`` positions reads (EOS takes the last position)."""
-    return pieces[: limit - 1] if limit is not None and len(pieces) + 1 > limit else pieces
+    return pieces if limit is None or _fits(pieces, limit) else pieces[: limit - 1]
 
 
 def ct2_force_decoder(
-    members: dict[str, Any], reads: str, writes: str, spm: Path, config: Any, where: str
+    members: dict[str, Any],
+    reads: str,
+    writes: str,
+    spm: Path,
+    config: Any,
+    where: str,
+    threads: int = 0,
 ) -> Ct2ForceDecoder | None:
     """A CTranslate2 force decoder of ``members`` (role -> checked model artifact) for the
-    scorer ``config``'s ``backend`` ctranslate2 or auto, or None for fairseq (backend fairseq,
-    or auto and the models do not convert: logged)."""
+    ``config``'s ``backend`` (ctranslate2 or auto; its ``plugins`` and ``max_tokens`` too), or
+    None for fairseq (backend fairseq, or auto and the models do not convert: logged).
+    ``threads`` 0: CTranslate2's default."""
     backend = config.backend
     if backend == "fairseq":
         return None
@@ -83,4 +116,4 @@ def ct2_force_decoder(
         return None
     path = converted(model, reads, writes, list(config.plugins))
     direction = str(model.meta.get("direction", "l2r"))
-    return Ct2ForceDecoder(path, spm, direction, config.max_tokens)
+    return Ct2ForceDecoder(path, spm, direction, config.max_tokens, threads)
