@@ -242,3 +242,33 @@ def test_denoise_scores_equal_fairseq(setup: dict[str, Path], noisy: str) -> Non
     auto = registry.load("filters", "denoise").from_dict({"backend": "auto"})
     auto.setup(("en", "ja"), b2t)
     assert auto.score(pairs[:2]) == pytest.approx([0.0, 0.0], abs=1e-9)
+
+
+def test_killed_translation_resumes_its_finished_shards(
+    setup: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 point 5: a CTranslate2 translation killed in its third shard resumes with the
+    missing shards only, and ends with the output of one that ran through."""
+    from mtcore_plugins.steps.ct2_decoding import Ct2Translator
+
+    from .test_decoding import Killed
+
+    settings = {"beam": 2, "nbest": 2, "chunk_lines": 10, "backend": "ctranslate2"}  # 5 shards
+    _, hyps, entries = translate(setup, tmp_path / "straight", **settings)
+    calls = []
+    search = Ct2Translator.translate_nbest
+
+    def dies_in_the_third_shard(self: Ct2Translator, lines: list[str], n: int, **kw: Any) -> Any:
+        calls.append(len(lines))
+        if len(calls) == 3:
+            raise Killed
+        return search(self, lines, n, **kw)
+
+    monkeypatch.setattr(Ct2Translator, "translate_nbest", dies_in_the_third_shard)
+    with pytest.raises(Killed):
+        translate(setup, tmp_path / "killed", **settings)
+    monkeypatch.undo()
+    ctx, resumed, resumed_entries = translate(setup, tmp_path / "killed", **settings)
+    assert ctx.metrics["backend"] == "ctranslate2"
+    assert ctx.metrics["shards_translated"] == 3  # shards 3-5; 1 and 2 were saved
+    assert resumed == hyps and texts(resumed_entries) == texts(entries)

@@ -297,14 +297,21 @@ def _probe_loads() -> int:
 
 @needs_ray
 @pytest.mark.slow
-def test_translation_on_ray_matches_one_process(tmp_path, decoding_setup, cluster):
+@pytest.mark.parametrize("backend", ["fairseq", "ctranslate2"])
+def test_translation_on_ray_matches_one_process(
+    tmp_path, decoding_setup, cluster, backend, monkeypatch
+):
     """Back-translation shards on two Ray workers: the same 1-best and n-best as one local
-    process, every shard translated once, the model loaded once per worker."""
+    process, every shard translated once, the model (for CTranslate2 the converted one, issue
+    25 point 5) loaded once per worker."""
     from mtcore_plugins.executors.ray import RayExecutor
     from mtcore_plugins.steps import translate as translate_module
     from tests.test_decoding import CAPPED, texts, translate
 
-    settings = {"beam": 3, "nbest": 2, "chunk_lines": 12, **CAPPED}
+    if backend == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+        monkeypatch.setenv("MTCORE_CACHE", str(tmp_path / "cache"))  # converted in the driver
+    settings = {"beam": 3, "nbest": 2, "chunk_lines": 12, "backend": backend, **CAPPED}
     _, alone, entries = translate(decoding_setup, tmp_path / "one", **settings)
     executor = RayExecutor.from_dict({"address": cluster, "workers": 2})
     try:
@@ -319,6 +326,7 @@ def test_translation_on_ray_matches_one_process(tmp_path, decoding_setup, cluste
     assert ctx.metrics["shards_translated"] == again.metrics["shards_translated"] == 5
     assert held == [1, 1]  # one translator per worker process, reused by the second step
     assert not translate_module._WORKER  # the driver loaded none
+    assert ctx.metrics.get("backend", "fairseq") == backend
 
 
 def _translators_held() -> int:
