@@ -4,12 +4,13 @@ SentencePiece pieces and truncation, one output per input in input order, an emp
 an empty source, n-best lists scored by mean log-probability per token (EOS included).
 
 fairseq's search is mirrored where CTranslate2 has the setting: ``min_decoding_length=1``
-(fairseq's ``min_len``: no empty hypothesis) and the per-sentence output cap ``a *
-source_tokens + b`` (:func:`decoding.limit_rows`). CTranslate2 caps a whole batch at one length
-and stops there without EOS, where fairseq forces EOS and scores it: a sentence whose output
-reaches its own cap is decoded again alone under it and its capped hypotheses are force-decoded
-with EOS before they are ranked. Sampling draws from CTranslate2's own generator, seeded per
-shard and batch: seeded and resumable, but not fairseq's samples.
+(fairseq's ``min_len``: no empty hypothesis) and the per-sentence output cap ``a * source_tokens
++ b`` (:func:`decoding.limit_rows`). CTranslate2 caps a whole batch at one length and stops
+there without EOS, where fairseq forces EOS and scores it: under beam search a sentence whose
+output reaches its own cap is decoded again under it (a greedy output is cut there), and its
+capped hypotheses are force-decoded with EOS before they are ranked. Sampling draws from
+CTranslate2's own generator, seeded per shard and batch: seeded and resumable, but not fairseq's
+samples.
 """
 
 from __future__ import annotations
@@ -108,39 +109,52 @@ class Ct2Translator:
         top = max(caps)
         found = self._decode(sources, top, n)
         # An output that reached its cap: fairseq forces EOS there for every live beam and
-        # ranks them with EOS scored. Sentences whose cap is below the batch's are decoded
-        # again under their own cap (those sharing one together), with the whole beam; capped
-        # hypotheses are then force-decoded with EOS (run-on outputs of weak models).
+        # ranks them with EOS scored. Under beam search, sentences whose cap is below the
+        # batch's are decoded again under their own cap (those sharing one together), with
+        # the whole beam; a greedy output is the same up to its cap, so it is cut there
+        # instead. Capped hypotheses are then force-decoded with EOS (run-on outputs of weak
+        # models), in one call for the batch.
+        greedy = self.config.beam == 1 and not getattr(self.config, "sampling", False)
         again: dict[int, list[int]] = {}
         for k, hyps in enumerate(found):
             if caps[k] < top and any(len(tokens) >= caps[k] for tokens, _ in hyps):
-                again.setdefault(caps[k], []).append(k)
+                if greedy:
+                    found[k] = [(tokens[: caps[k]], total) for tokens, total in hyps]
+                else:
+                    again.setdefault(caps[k], []).append(k)
         for cap, rows in again.items():
             for k, hyps in zip(rows, self._decode([sources[k] for k in rows], cap, n), strict=True):
                 found[k] = hyps
+        rescored = self._rescore(sources, found, caps)
         out = []
         for k, hyps in enumerate(found):
-            if self.exact or any(len(tokens) >= caps[k] for tokens, _ in hyps):
-                hyps = self._rescore(sources[k], hyps, caps[k])
+            if k in rescored:  # ranked as fairseq ranks finished hypotheses
+                hyps.sort(key=lambda h: -h[1] / (len(h[0]) + 1) ** self.config.lenpen)
             keep = hyps[: max(1, n)]
             out.append([(self._text(tokens), total / (len(tokens) + 1)) for tokens, total in keep])
         return out
 
     def _rescore(
-        self, source: list[str], hyps: list[tuple[list[str], float]], cap: int
-    ) -> list[tuple[list[str], float]]:
-        """Hypotheses of ``cap`` tokens (all, with ``exact``) force-decoded with their EOS
-        (CTranslate2 stops at the cap without one), all ranked as fairseq ranks finished
-        hypotheses: summed log-probability over (tokens + 1) ** lenpen."""
-        capped = [i for i, (tokens, _) in enumerate(hyps) if self.exact or len(tokens) >= cap]
-        if capped:
+        self, sources: list[list[str]], found: list[list[tuple[list[str], float]]], caps: list[int]
+    ) -> set[int]:
+        """Hypotheses of their sentence's cap (all, with ``exact``) get the summed
+        log-probability of their force-decoding with EOS (CTranslate2 stops at the cap without
+        one), in place; returns the sentences that had any."""
+        pending = [
+            (k, i)
+            for k, hyps in enumerate(found)
+            for i, (tokens, _) in enumerate(hyps)
+            if self.exact or len(tokens) >= caps[k]
+        ]
+        if pending:
             scored = self.model.score_batch(
-                [source] * len(capped), [hyps[i][0] for i in capped], max_input_length=0
+                [sources[k] for k, _ in pending],
+                [found[k][i][0] for k, i in pending],
+                max_input_length=0,
             )
-            for i, result in zip(capped, scored, strict=True):
-                hyps[i] = (hyps[i][0], float(sum(result.log_probs)))
-        lenpen = self.config.lenpen
-        return sorted(hyps, key=lambda h: -h[1] / (len(h[0]) + 1) ** lenpen)
+            for (k, i), result in zip(pending, scored, strict=True):
+                found[k][i] = (found[k][i][0], float(sum(result.log_probs)))
+        return {k for k, _ in pending}
 
     def _decode(
         self, sources: list[list[str]], cap: int, n: int
