@@ -61,6 +61,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_source_positions": 256,
         "max_target_positions": 256,
     },
+    # fairseq's transformer_base (Vaswani et al.: d 512, FFN 2048, 8 heads, 6+6 layers) with
+    # pre-LN layers (Xiong et al. 2020), which train stably at a high learning rate with short
+    # warmup: a base-width model that translates after a few hundred CPU updates (the decoding
+    # benchmarks' realistic shape).
+    "mtcore_transformer_base_pre_ln": {
+        "encoder_normalize_before": True,
+        "decoder_normalize_before": True,
+    },
     # NT5 Table 2, initial translation model: "Transformer (big) with FFN size of 4,096"
     # (Vaswani et al.'s big: d_model 1024, 16 heads, 6+6 layers), dropout 0.3.
     "mtcore_transformer_big_ffn4096": {
