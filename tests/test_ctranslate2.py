@@ -6,6 +6,7 @@ translate step's hash unchanged for recipes that do not ask for the new backend.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,6 +132,29 @@ def test_greedy_output_equals_fairseq(setup: dict[str, Path], tmp_path: Path, ca
     assert agreement(f_hyps, c_hyps) >= 0.99
 
 
+@pytest.mark.parametrize("backend", ["fairseq", "ctranslate2"])
+def test_no_repeat_ngram_size_blocks_repeats(
+    setup: dict[str, Path], tmp_path: Path, backend: str
+) -> None:
+    """The 120-update model loops (``彼女 は は は は は は 。``); with no_repeat_ngram_size 2
+    no pair of pieces occurs twice in an output, so no word follows itself, on either
+    backend (fairseq's own Python path, without its CUDA extension, blocked nothing:
+    decoding.block_repeats_by_step). The two searches are not the same: CTranslate2 blocks
+    before its softmax, so the other tokens' probabilities renormalise, fairseq after it."""
+    data = {**setup, "test": setup["dev"], "model": setup["trained"]}
+    _, looping, _ = translate(data, tmp_path / "free", backend=backend, beam=2)
+    _, blocked, _ = translate(
+        data, tmp_path / "blocked", backend=backend, beam=2, no_repeat_ngram_size=2
+    )
+
+    def loops(line: str) -> bool:
+        words = line.split()
+        return any(a == b for a, b in itertools.pairwise(words))
+
+    assert sum(map(loops, looping)) > len(looping) // 4
+    assert not any(map(loops, blocked))
+
+
 def test_int8_runs_and_stays_close(setup: dict[str, Path], tmp_path: Path) -> None:
     data = {**setup, "test": setup["dev"], "model": setup["trained"]}
     _, exact, _ = translate(data, tmp_path / "f32", backend="ctranslate2")
@@ -188,6 +212,9 @@ def test_default_backend_keeps_the_step_hash() -> None:
     registry = load_registry()
     plain = TranslateStep.from_dict({"src": "en", "tgt": "ja"}).identity(registry)
     assert "backend" not in plain and "compute_type" not in plain
+    assert "no_repeat_ngram_size" not in plain
+    blocked = TranslateStep.from_dict({"src": "en", "tgt": "ja", "no_repeat_ngram_size": 3})
+    assert blocked.identity(registry)["no_repeat_ngram_size"] == 3
     auto = TranslateStep.from_dict({"src": "en", "tgt": "ja", "backend": "auto"})
     assert auto.identity(registry)["backend"] == "auto"
     with pytest.raises(ValueError, match="backend"):

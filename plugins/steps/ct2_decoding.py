@@ -171,6 +171,7 @@ class Ct2Translator:
             "min_decoding_length": 1,  # fairseq's min_len: no empty output
             "return_scores": True,
             "length_penalty": config.lenpen,
+            "no_repeat_ngram_size": getattr(config, "no_repeat_ngram_size", 0),
         }
         if sampling:
             self._batches_done += 1

@@ -213,6 +213,22 @@ def limit_rows(generator: Any, max_len_a: float, max_len_b: int) -> None:
     ensemble.forward_decoder = forward_decoder
 
 
+def block_repeats_by_step(generator: Any) -> None:
+    """Makes ``no_repeat_ngram_size`` work without fairseq's CUDA extension: fairseq 0.12's
+    Python path compares the last n-1 columns of the whole token buffer (padding past the
+    current step) with the hypothesis' n-grams, so it never blocks anything; it is given the
+    tokens up to the current step instead, what the CUDA kernel reads."""
+    blocker = generator.repeat_ngram_blocker
+    if blocker is None or blocker.use_extension:
+        return
+    python_path = blocker._no_repeat_ngram
+
+    def by_step(tokens: Any, lprobs: Any, bsz: int, beam_size: int, step: int) -> Any:
+        return python_path(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+    blocker._no_repeat_ngram = by_step
+
+
 def source_lengths(encoder_outs: Any) -> Any:
     """Source tokens (EOS included) of each row of the first model's encoder output."""
     if not encoder_outs:
@@ -267,8 +283,10 @@ class Translator:
             max_len_b=config.max_len_b,
             temperature=getattr(config, "temperature", 1.0),
             search_strategy=strategy,
+            no_repeat_ngram_size=getattr(config, "no_repeat_ngram_size", 0),
         )
         limit_rows(self.generator, config.max_len_a, config.max_len_b)
+        block_repeats_by_step(self.generator)
 
     @property
     def beam_size(self) -> int:

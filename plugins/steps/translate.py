@@ -73,6 +73,14 @@ class TranslateConfig(PluginConfig):
     temperature: float = Field(
         1.0, gt=0.0, le=100.0, description="divides the logits before sampling or search"
     )
+    no_repeat_ngram_size: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="no n-gram of this many target pieces occurs twice in a hypothesis "
+        "(fairseq-generate's --no-repeat-ngram-size, CTranslate2's no_repeat_ngram_size; "
+        "CTranslate2 blocks before its softmax, fairseq after, so their outputs differ); 0: off",
+    )
     seed: int = Field(1, ge=0, le=2**31 - 1, description="sampling seed (per shard: seed + shard)")
     batch_size: int = Field(64, ge=1, le=100_000, description="sentences per batch")
     max_tokens: int | None = Field(
@@ -182,12 +190,15 @@ class TranslateStep(Step):
         return self.outputs if self.config.nbest else ("hyp",)
 
     def identity(self, registry: Any) -> dict[str, Any]:
-        """The fairseq backend at its defaults is the decoding every existing run did: those
-        settings stay out of the hash, so adding them kept every translate step's artifacts."""
+        """The fairseq backend at its defaults, and no n-gram blocking, are the decoding every
+        existing run did: those settings stay out of the hash, so adding them kept every
+        translate step's artifacts."""
         found = super().identity(registry)
         if found.get("backend") == "fairseq":
             found.pop("backend", None)
             found.pop("compute_type", None)
+        if found.get("no_repeat_ngram_size") == 0:
+            found.pop("no_repeat_ngram_size")
         return found
 
     def run(self, ctx: StepContext) -> None:
