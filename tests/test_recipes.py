@@ -167,9 +167,9 @@ def repeats(line: str, unspaced: bool) -> bool:
 
 def check_readable(recipe, work: Path, evals: list[str]) -> None:
     """Issue 23's first run: the cpu profile's final stage scores at least its baseline's chrF
-    in each direction, and few of its outputs repeat a token four times in a row (the issue asks
-    under 2 %; measured 4.4 % en-ja, on command-line help strings, and 1.2 % ja-en, against
-    42.6 % en-ja before the profile was resized: this guards against that collapse)."""
+    in each direction, and under 2 % of its outputs repeat a token four times in a row (the
+    issue's target; measured 0.0 % both ways with the profile's 3-gram blocking, against 4.0 %
+    en-ja without it and 42.6 % before the profile was resized)."""
     scores: dict[tuple[str, str], float] = {}
     for step_id in evals:
         found = EVAL_ID.match(step_id)
@@ -179,7 +179,7 @@ def check_readable(recipe, work: Path, evals: list[str]) -> None:
         assert scores[direction, "rerank"] >= scores[direction, "baseline"], (direction, scores)
         lines = stage_lines(recipe, work, f"eval_rerank_{direction}")
         share = sum(repeats(line, direction.endswith("ja")) for line in lines) / len(lines)
-        assert share < 0.08, (direction, share)
+        assert share < 0.02, (direction, share)
 
 
 SMOKE_TRANSLATE = {"nt5": [("enja", "rerank"), ("jaen", "baseline")], "xiaomi": [("jazh", None)]}
