@@ -77,7 +77,7 @@ def read(folder: Path, name: str) -> Any:
 
 
 def hyp_lines(folder: Path) -> list[str]:
-    (found,) = folder.glob("hyp/corpus.*")
+    (found,) = folder.glob("hyp/hyp.*")
     return found.read_text(encoding="utf-8").split("\n")[:-1]
 
 
