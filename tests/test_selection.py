@@ -383,6 +383,30 @@ def test_knn_returns_the_brute_force_neighbours(
     assert ctx.stats["pairs_out"] == len(union) and ctx.stats["domain_sentences"] == 6
 
 
+def test_knn_faiss_scores_do_not_depend_on_the_thread_count() -> None:
+    """faiss's inner products move in the last bits with its OpenMP threads: a shard scored in
+    a process with 8 threads gives the bytes of one with 1 (the kill sweep found a resumed
+    NT5 knn step writing cosines 2e-7 apart), and the process keeps its setting."""
+    faiss = pytest.importorskip("faiss")
+    from mtcore_plugins.steps.knn_select import shard_top_k
+
+    rng = np.random.default_rng(0)
+    queries, vectors = (rng.standard_normal((n, 512)).astype(np.float32) for n in (300, 3000))
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    saved = faiss.omp_get_max_threads()
+    found = []
+    try:
+        for threads in (1, 8):
+            faiss.omp_set_num_threads(threads)
+            found.append(shard_top_k(queries, vectors, 10, "faiss"))
+            assert faiss.omp_get_max_threads() == threads
+    finally:
+        faiss.omp_set_num_threads(saved)
+    assert found[0][0].tobytes() == found[1][0].tobytes()
+    assert (found[0][1] == found[1][1]).all()
+
+
 def test_knn_max_pairs_keeps_the_closest(knn_data: dict[str, Any], tmp_path: Path) -> None:
     full = make_ctx(tmp_path / "full", "knn", corpus=knn_data["corpus"], domain=knn_data["domain"])
     KnnSelectStep.from_dict({"k": 5, "search": "numpy"}).run(full)

@@ -244,7 +244,16 @@ def _faiss_top_k(
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     extra = min(width + 1, len(vectors))  # one more, to see a tie at the boundary
-    sims, rows = index.search(np.ascontiguousarray(queries, dtype=np.float32), extra)
+    # faiss's inner products move in the last bits with its OpenMP thread count (up to 1e-7,
+    # measured), which depends on the process and the machine: one thread, so that a shard
+    # scores the same in every worker, a resumed run and another machine (the executor
+    # already runs one worker per core).
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        sims, rows = index.search(np.ascontiguousarray(queries, dtype=np.float32), extra)
+    finally:
+        faiss.omp_set_num_threads(threads)
     sims, rows = sims.astype(np.float32), rows.astype(np.int64)
     tied: np.ndarray = np.zeros(0, dtype=np.int64)
     if extra > width:
