@@ -7,8 +7,9 @@ that share a workdir and a step of equal hash share its output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mtcore.hashing import hash_json
 from mtcore.recipe import Recipe, StepSpec, split_reference
@@ -23,6 +24,8 @@ class PlannedStep:
     spec: StepSpec
     hash: str
     deps: list[str]
+    identity: dict[str, Any] = field(default_factory=dict)
+    """What ``hash`` hashes; its ``inputs`` rows are ``[role, plan hash, output]``."""
 
     @property
     def id(self) -> str:
@@ -78,7 +81,7 @@ def make_plan(recipe: Recipe, registry: Registry, until: str | None = None) -> l
         }
         hashes[step_id] = hash_json(identity)[:HASH_LEN]
         deps = sorted({split_reference(ref)[0] for ref in spec.inputs.values()})
-        plan.append(PlannedStep(spec, hashes[step_id], deps))
+        plan.append(PlannedStep(spec, hashes[step_id], deps, identity))
     return plan
 
 

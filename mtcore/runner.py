@@ -4,7 +4,6 @@ working directory and renames it into place with a manifest once the step has fi
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -18,6 +17,16 @@ from typing import Any
 import yaml
 
 from mtcore import __version__
+from mtcore.cache import (
+    MANIFEST,
+    ContentIndex,
+    adopt,
+    content_key,
+    is_complete,
+    links_changed,
+    read_manifest,
+    write_manifest,
+)
 from mtcore.errors import MtcoreError, StepError
 from mtcore.hashing import hash_tree, linked_files
 from mtcore.plan import PlannedStep, make_plan, step_dir
@@ -26,14 +35,14 @@ from mtcore.recipe import Recipe, split_reference
 from mtcore.registry import Registry
 from mtcore.step import Artifact, StepContext, config_dict
 
-MANIFEST = "manifest.json"
+__all__ = ["MANIFEST", "RunResult", "Runner", "StepResult", "is_complete", "read_manifest"]
 log = logging.getLogger("mtcore")
 
 
 @dataclass
 class StepResult:
     planned: PlannedStep
-    status: str  # "ran" or "cached"
+    status: str  # "ran" or "cached" (also when reused by content: mtcore.cache)
     manifest: dict[str, Any]
     path: Path
 
@@ -55,34 +64,6 @@ class RunResult:
             if result.planned.id == step_id:
                 return result.path
         raise KeyError(step_id)
-
-
-def is_complete(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
-
-
-def _links_changed(step_id: str, final: Path) -> bool:
-    """Whether an output file that is a hard link of an input file (see
-    :func:`mtcore.hashing.linked_files`) changed since the step ran: the step runs again."""
-    recorded = read_manifest(final).get("linked") or {}
-    if not recorded:
-        return False
-    for rel, stat in recorded.items():
-        path = final / rel
-        st = path.stat() if path.is_file() else None
-        if st is None or [st.st_size, st.st_mtime_ns] != stat:
-            log.warning(
-                "step %s: %s is a hard link of an input file that changed since the step ran; "
-                "running the step again",
-                step_id,
-                final / rel,
-            )
-            return True
-    return False
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    return json.loads((path / MANIFEST).read_text())  # type: ignore[no-any-return]
 
 
 @contextmanager
@@ -183,6 +164,7 @@ class Runner:
     def run(self, until: str | None = None) -> RunResult:
         plan = make_plan(self.recipe, self.registry, until)
         self._planned = {p.id: p for p in plan}
+        self._index = ContentIndex(self.workdir / "steps")
         with workdir_lock(self.workdir), run_log(self.workdir) as log_file:
             self._write_resolved()
             result = RunResult(self.workdir, log_file=log_file)
@@ -191,16 +173,23 @@ class Runner:
             try:
                 for planned in plan:
                     final = step_dir(self.workdir, planned)
-                    if is_complete(final) and not _links_changed(planned.id, final):
+                    complete = is_complete(final)
+                    if complete and not links_changed(planned.id, final):
                         log.info("step %s: cached (%s)", planned.id, final.name)
                         result.results.append(
                             StepResult(planned, "cached", read_manifest(final), final)
                         )
                         continue
+                    key = content_key(planned.identity, self._input_manifests(planned))
+                    reused = None if complete else self._reuse(planned, key)
+                    if reused is not None:
+                        result.results.append(StepResult(planned, "cached", reused, final))
+                        continue
                     if executor is None:
                         executor = make_executor(self.recipe, self.registry)
                     self.current = planned.id
-                    manifest = self._run_step(planned, executor)
+                    manifest = self._run_step(planned, executor, key)
+                    self._index.add(key, final)
                     self.current = None
                     result.results.append(StepResult(planned, "ran", manifest, final))
             except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: stop now
@@ -237,7 +226,38 @@ class Runner:
             described[role] = {"step": target, "hash": dep.hash, "output": output}
         return artifacts, described
 
-    def _run_step(self, planned: PlannedStep, executor: Executor) -> dict[str, Any]:
+    def _input_manifests(self, planned: PlannedStep) -> dict[str, dict[str, Any]]:
+        return {
+            role: read_manifest(step_dir(self.workdir, self._planned[split_reference(ref)[0]]))
+            for role, ref in planned.spec.inputs.items()
+        }
+
+    def _reuse(self, planned: PlannedStep, key: str) -> dict[str, Any] | None:
+        """Early cutoff (:mod:`mtcore.cache`): the manifest of a complete step with content key
+        ``key``, its files put in place as this step's output; None if there is none."""
+        source = self._index.find(key, planned.id)
+        if source is None:
+            return None
+        final = step_dir(self.workdir, planned)
+        updates = {
+            "id": planned.id,
+            "hash": planned.hash,
+            "recipe": self.recipe.name,
+            "config": config_dict(planned.spec.plugin.config),
+            "inputs": self._inputs(planned)[1],
+        }
+        manifest = adopt(source, final, updates)
+        self._index.add(key, final)
+        log.info(
+            "step %s: cached (%s): its inputs have the same content as those of %s, which it "
+            "reuses",
+            planned.id,
+            final.name,
+            source.name,
+        )
+        return manifest
+
+    def _run_step(self, planned: PlannedStep, executor: Executor, key: str) -> dict[str, Any]:
         final = step_dir(self.workdir, planned)
         work = self.workdir / "steps" / ".partial" / planned.dirname
         resumed = work.exists()
@@ -282,8 +302,9 @@ class Runner:
             "linked": linked_files(work),
             "seconds": round(seconds, 3),
             "resumed": resumed,
+            "content_key": key,
         }
-        (work / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        write_manifest(work, manifest)
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():  # an incomplete leftover without manifest
             shutil.rmtree(final)

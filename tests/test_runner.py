@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -83,6 +84,48 @@ def test_workers_do_not_change_the_hash_or_the_output(tmp_path, registry, enja_f
     assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
 
 
+def test_a_step_rerun_to_the_same_bytes_leaves_its_dependents_cached(
+    tmp_path, registry, enja_files, monkeypatch
+):
+    """Early cutoff (mtcore.cache): a new version of the ``length`` filter changes the clean
+    step's identity and so split's plan hash; clean runs again and writes the same bytes, so
+    split's content key is unchanged and split reuses its output (hard links, a manifest of its
+    own) instead of running. A change that does change clean's output still runs split."""
+    doc = recipe_doc(enja_files)
+    first = run(doc, registry, tmp_path / "w")
+    old = first.path("split")
+    old_manifest = (old / "manifest.json").read_bytes()
+    real = registry.version
+    bumped = {("filters", "length")}
+    monkeypatch.setattr(
+        registry, "version", lambda k, n: real(k, n) + (".post1" if (k, n) in bumped else "")
+    )
+    second = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in second.results] == ["cached", "ran", "cached"]
+    assert second.path("clean") != first.path("clean")
+    new = second.path("split")
+    assert new != old
+    manifest = second.manifest("split")
+    assert manifest == json.loads((new / "manifest.json").read_text())
+    assert manifest["reused_from"] == old.name
+    assert manifest["hash"] == new.name.rsplit("-", 1)[1]
+    assert {i["hash"] for i in manifest["inputs"].values()} == {second.path("clean").name[-12:]}
+    assert manifest["outputs"] == first.manifest("split")["outputs"]
+    assert (old / "manifest.json").read_bytes() == old_manifest  # written anew, not through a link
+    files = sorted(p.relative_to(old) for p in old.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(new) for p in new.rglob("*") if p.is_file())
+    for rel in files:
+        if rel.name != "manifest.json":
+            assert (old / rel).samefile(new / rel)
+    assert not any((tmp_path / "w" / "steps" / ".partial").iterdir())
+    third = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in third.results] == ["cached", "cached", "cached"]
+    doc["steps"]["clean"]["filters"][0]["max_length"] = 40
+    changed = run(doc, registry, tmp_path / "w")
+    assert [r.status for r in changed.results] == ["cached", "ran", "ran"]
+    assert "reused_from" not in changed.manifest("split")
+
+
 def test_recipes_sharing_a_workdir_share_identical_steps(tmp_path, registry, enja_files):
     run(recipe_doc(enja_files), registry, tmp_path / "w")
     other = recipe_doc(enja_files, seed=7)
@@ -98,8 +141,8 @@ def test_source_change_invalidates_the_fetch(tmp_path, registry, enja_files):
         open(enja_files["en"], "a", encoding="utf-8") as a,
         open(enja_files["ja"], "a", encoding="utf-8") as b,
     ):
-        a.write("one more line\n")
-        b.write("もう一行\n")
+        a.write("one more line for you\n")  # a pair the clean step keeps: split runs too
+        b.write("あなたにもう一行あります\n")
     result = run(doc, registry, tmp_path / "w")
     assert [r.status for r in result.results] == ["ran", "ran", "ran"]
     assert result.manifest("bitext")["counts"]["pairs_out"] == 401
