@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from mtcore import __version__
 from mtcore.cli_common import default_workdir as _workdir
@@ -290,48 +289,23 @@ def _show(registry: Any, kind: str, name: str) -> None:
             click.echo(f"      {field.description}")
 
 
-@cli.command("evaluate")
-@click.option("--hyp", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--ref",
-    "refs",
-    required=True,
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Reference file (repeat for several references).",
-)
-@click.option("--lang", required=True, help="Target language (picks the BLEU tokenizer).")
-@click.option("--metric", "metrics", multiple=True, default=("bleu", "chrf"), show_default=True)
-@click.option(
-    "--tokenize",
-    default=None,
-    help="BLEU tokenizer (default: by language; 13a, zh, ja-mecab, char, ...).",
-)
-def evaluate_command(
-    hyp: Path, refs: tuple[Path, ...], lang: str, metrics: tuple[str, ...], tokenize: str | None
-) -> None:
-    """Score a hypothesis file against one or more references, with signatures."""
-    from mtcore.metrics import build_metrics, check_lengths, evaluate, read_segments
+_PLUGIN_COMMANDS: list[bool] = []
 
-    hyps = read_segments(hyp)
-    references = [read_segments(r) for r in refs]
-    check_lengths(hyps, references, [str(r) for r in refs])
-    entries: list[Any] = [
-        {"name": m, "tokenize": tokenize} if m == "bleu" and tokenize else m for m in metrics
-    ]
-    try:
-        plugins = build_metrics(load_registry(), entries)
-    except ValidationError as exc:
-        raise MtcoreError(f"--tokenize {tokenize!r}: {exc.errors()[0]['msg']}") from exc
-    for score in evaluate(plugins, hyps, references, lang):
-        click.echo(str(score))
+
+def with_plugin_commands() -> click.Group:
+    """The command group with the commands that installed packages add through the
+    ``mtcore_add_commands`` hook (the shipped plugins add ``evaluate``), added once."""
+    if not _PLUGIN_COMMANDS:
+        from mtcore.hooks import make_plugin_manager
+
+        make_plugin_manager().hook.mtcore_add_commands(cli=cli)
+        _PLUGIN_COMMANDS.append(True)
+    return cli
 
 
 def main() -> None:
-    from mtcore.hooks import make_plugin_manager
     from mtcore.process import thread_defaults
 
     thread_defaults()  # before any worker process starts
 
-    make_plugin_manager().hook.mtcore_add_commands(cli=cli)
-    cli(obj={})
+    with_plugin_commands()(obj={})

@@ -1,7 +1,8 @@
 """Translating new text with a finished run: ``mtcore translate`` and its Python API.
 
-A stage of a recipe is an evaluate step named ``eval_<stage>_<direction>`` (the convention the
-report's stage table reads) with a ``hyp`` and a ``ref`` input. Its inference path is derived
+A stage of a recipe is a step that says it scores one (:meth:`mtcore.step.Step.stage`, which the
+report's stage table reads too; the shipped evaluate step does for ids
+``eval_<stage>_<direction>``) with a ``hyp`` and a ``ref`` input. Its inference path is derived
 from the graph, not listed per recipe: starting at the evaluated output, each step is followed
 back through its line-aligned inputs (``Step.streams``: the corpus a step translates,
 normalizes, truecases or reranks) until the test set the stage is scored against. The steps on
@@ -30,7 +31,6 @@ from mtcore.errors import DataError, MtcoreError, StepError
 from mtcore.plan import PlannedStep, make_plan, step_dir, topological_order
 from mtcore.recipe import Recipe, split_reference
 from mtcore.registry import Registry
-from mtcore.report import STAGE_STEP
 from mtcore.runner import is_complete, run_plugin
 from mtcore.stats import Stats
 from mtcore.step import Artifact, StepContext, config_dict
@@ -62,11 +62,11 @@ def stages(recipe: Recipe) -> list[Stage]:
     """Every stage of the recipe, in recipe order."""
     found = []
     for step_id, spec in recipe.steps.items():
-        match = STAGE_STEP.match(step_id)
-        if match is None or "hyp" not in spec.inputs or "ref" not in spec.inputs:
+        staged = spec.plugin.stage(step_id)
+        if staged is None or "hyp" not in spec.inputs or "ref" not in spec.inputs:
             continue
         hyp, test = _resolve(recipe, spec.inputs["hyp"]), _resolve(recipe, spec.inputs["ref"])
-        found.append(Stage(match["stage"], match["direction"], step_id, hyp, test))
+        found.append(Stage(*staged, step_id, hyp, test))
     return found
 
 
@@ -76,8 +76,8 @@ def choose_stage(recipe: Recipe, direction: str | None, stage: str | None) -> St
     found = stages(recipe)
     if not found:
         raise MtcoreError(
-            f"recipe {recipe.name!r} has no stages to translate with: no evaluate step named "
-            "eval_<stage>_<direction> with hyp and ref inputs"
+            f"recipe {recipe.name!r} has no stages to translate with: no step that scores a "
+            "stage (an evaluate step named eval_<stage>_<direction>) with hyp and ref inputs"
         )
     directions = list(dict.fromkeys(s.direction for s in found))
     if direction is None:

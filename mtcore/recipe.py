@@ -19,7 +19,6 @@ from mtcore.step import Step
 
 STEP_KEYS = ("kind", "inputs", "bypass")  # bypass: stand-ins used by --ablate (ablation.py)
 VARIADIC = "*"  # a step whose ``inputs`` has this role takes any role names, in recipe order
-DATA_KEYS = ("source", "input", "max_pairs")  # the rest is the source plugin's config
 _ID = re.compile(r"^[a-z][a-z0-9_]*$")
 _DIRECTION = re.compile(r"^[a-z]{2,3}-[a-z]{2,3}$")
 
@@ -66,7 +65,8 @@ class RecipeHead(BaseModel):
 
 @dataclass
 class StepSpec:
-    """One node of the plan: a recipe step or a ``data`` entry (run as a ``fetch`` step)."""
+    """One node of the plan: a recipe step or a ``data`` entry (run as a step of the kind that
+    declares ``Step.fetches``, the shipped ``fetch``)."""
 
     id: str
     kind: str
@@ -185,21 +185,21 @@ def _data_step(
     source_cls = _load(registry, "sources", str(source_name), f"{loc}.source", problems)
     if source_cls is None:
         return None
-    source_cfg = {k: v for k, v in entry.items() if k not in DATA_KEYS}
+    try:
+        fetch_cls = registry.declaring("steps", "fetches")
+    except PluginError as exc:
+        problems.append(f"{loc}: {exc}")
+        return None
+    own = set(fetch_cls.Config.model_fields) - {"config"}  # the fetching step's own settings
+    source_cfg = {k: v for k, v in entry.items() if k not in own}
     source_problems = _validate_config(source_cls, source_cfg, loc, problems)
     if source_problems:
         return None
-    fetch_cls = _load(registry, "steps", "fetch", f"{loc}", problems)
-    if fetch_cls is None:
-        return None
-    fetch_values = {"source": source_name, "config": source_cfg}
-    for key in ("input", "max_pairs"):
-        if key in entry:
-            fetch_values[key] = entry[key]
+    fetch_values = {k: v for k, v in entry.items() if k in own} | {"config": source_cfg}
     plugin = _make(fetch_cls, fetch_values, loc, problems, strip_prefix=("config",))
     if not isinstance(plugin, Step):
         return None
-    return StepSpec(name, "fetch", plugin, {}, loc)
+    return StepSpec(name, fetch_cls.name, plugin, {}, loc)
 
 
 def _recipe_step(

@@ -113,6 +113,30 @@ class Registry:
         self._loaded[key] = cls
         return cls
 
+    def declaring(self, kind: str, flag: str) -> type[Any]:
+        """The one plugin of ``kind`` whose class sets ``flag`` (class metadata such as
+        ``Step.fetches``): the core finds a role's plugin by what it declares, never by name.
+        Loads every plugin of the kind once; one that fails to load is named if none is found."""
+        found, broken = [], []
+        for name in self.names(kind):
+            try:
+                cls = self.load(kind, name)
+            except PluginError as exc:
+                broken.append(str(exc))
+                continue
+            if getattr(cls, flag, False) is True:
+                found.append(cls)
+        if len(found) == 1:
+            return found[0]
+        if found:
+            names = ", ".join(f"{c.name} ({self.info(kind, c.name).dist})" for c in found)
+            raise PluginError(
+                f"more than one {SINGULAR[kind]} declares {flag} = True: {names}. Uninstall "
+                "all but one of them."
+            )
+        reason = f" ({'; '.join(broken)})" if broken else ""
+        raise PluginError(f"no installed {SINGULAR[kind]} declares {flag} = True{reason}")
+
     def version(self, kind: str, name: str) -> str:
         info = self.info(kind, name)
         return f"{info.dist}=={info.version}"

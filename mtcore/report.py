@@ -4,7 +4,6 @@ scores again as a table per direction and, when matplotlib is installed, ``score
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ class ScoreRow:
     score: float
     signature: str
     higher_is_better: bool
+    stage: str | None = None  # the stage the step scores (Step.stage), if any
 
 
 def _counts(manifest: dict[str, Any]) -> str:
@@ -45,6 +45,7 @@ def _counts(manifest: dict[str, Any]) -> str:
 def score_rows(result: RunResult) -> list[ScoreRow]:
     rows = []
     for item in result.results:
+        staged = item.planned.spec.plugin.stage(item.planned.id)
         for name, value in item.manifest.get("metrics", {}).items():
             if isinstance(value, dict) and "signature" in value:
                 rows.append(
@@ -55,6 +56,7 @@ def score_rows(result: RunResult) -> list[ScoreRow]:
                         float(value["score"]),
                         str(value["signature"]),
                         bool(value.get("higher_is_better", True)),
+                        None if staged is None else staged[0],
                     )
                 )
     return rows
@@ -94,15 +96,11 @@ def direction_table(rows: list[ScoreRow]) -> list[str]:
     return lines
 
 
-STAGE_STEP = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+)$")
-
-
 def stage_table(rows: list[ScoreRow]) -> list[str]:
-    """Markdown: a row per stage, a column per (direction, metric), for evaluate steps named
-    ``eval_<stage>_<direction>`` (the shipped recipes' convention: one per stage of a paper's
-    system, in recipe order); each cell also shows the change from the stage above it."""
-    staged = [(STAGE_STEP.match(r.step), r) for r in rows]
-    kept = [(m["stage"], r) for m, r in staged if m]
+    """Markdown: a row per stage, a column per (direction, metric), for the steps that score a
+    stage (:meth:`mtcore.step.Step.stage`: one per stage of a paper's system, in recipe order);
+    each cell also shows the change from the stage above it."""
+    kept = [(r.stage, r) for r in rows if r.stage is not None]
     if not kept:
         return []
     stages = list(dict.fromkeys(stage for stage, _ in kept))

@@ -99,6 +99,10 @@ class Step(Plugin):
     inputs: ClassVar[dict[str, bool]] = {}
     outputs: ClassVar[tuple[str, ...]] = ("out",)
     trains: ClassVar[bool] = False  # trains a model: comparisons report its seconds as training
+    fetches: ClassVar[bool] = False
+    """Turns one of a recipe's ``data`` entries into a corpus: the recipe builds a step of the
+    one installed kind that says so for each entry (settings ``source``, ``config``, and any of
+    the entry's keys the kind's config declares)."""
     streams: ClassVar[tuple[str, ...]] = ()
     """Input roles whose lines the default output keeps one for one, in order (the corpus a
     step translates, normalizes, truecases or reranks). ``mtcore translate`` replays the steps
@@ -122,6 +126,11 @@ class Step(Plugin):
         settings leave some unwritten (select_models' ``top``) names the others, so a reference
         to one of those is a problem at validation."""
         return self.outputs
+
+    def stage(self, step_id: str) -> tuple[str, str] | None:
+        """``(stage, direction)`` when this step, with this id, scores a stage of the system
+        (the report's stage table, ``mtcore translate``'s ``--stage``); None by default."""
+        return None
 
     def fingerprint(self, registry: Registry) -> str:
         """Extra identity beyond the config: what outside the workdir the output depends on

@@ -29,7 +29,6 @@ from mtcore.metrics import build_metrics
 from mtcore.plan import make_plan, step_dir
 from mtcore.recipe import load_recipe
 from mtcore.registry import Registry, load_registry
-from mtcore.report import STAGE_STEP
 from mtcore.runner import is_complete, read_manifest
 
 
@@ -54,15 +53,15 @@ def paired_metrics(registry: Registry, step: Any, lang: str) -> dict[str, Any]:
 def stage_steps(
     recipe: Any, registry: Registry, workdir: Path
 ) -> dict[str, list[tuple[str, dict, Any]]]:
-    """Direction -> [(stage, manifest, step spec)] of the recipe's finished evaluate steps named
-    ``eval_<stage>_<direction>``, in recipe order."""
+    """Direction -> [(stage, manifest, step spec)] of the recipe's finished steps that score a stage
+    (``Step.stage``), in recipe order."""
     by_direction: dict[str, list[tuple[str, dict, Any]]] = {}
     for planned in make_plan(recipe, registry):
-        match = STAGE_STEP.match(planned.id)
+        staged = planned.spec.plugin.stage(planned.id)
         path = step_dir(workdir, planned)
-        if match and is_complete(path):
-            by_direction.setdefault(match["direction"], []).append(
-                (match["stage"], read_manifest(path), planned.spec)
+        if staged and is_complete(path):
+            by_direction.setdefault(staged[1], []).append(
+                (staged[0], read_manifest(path), planned.spec)
             )
     return by_direction
 

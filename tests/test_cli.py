@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from mtcore.cli import cli
+from mtcore.cli import with_plugin_commands
 
 from .conftest import SHARED, clean_split_recipe
 
@@ -20,7 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mtcore-example-plu
 
 
 def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), obj={})
+    return CliRunner().invoke(with_plugin_commands(), list(args), obj={})
 
 
 def small_recipe(tmp_path: Path, files: dict[str, Path]) -> Path:

@@ -71,3 +71,38 @@ def test_plugins_that_fail_to_load_are_named(site: Path) -> None:
         registry.load("filters", "late_missing")
     with pytest.raises(PluginError, match=r"class says name = 'something_else'"):
         registry.load("filters", "something")
+
+
+STEPS = """
+from mtcore.step import Step
+
+class OtherFetch(Step):
+    name = "late_fetch"
+    fetches = True
+
+class Scorer(Step):
+    name = "late_scorer"
+
+    def stage(self, step_id):
+        return ("final", "enja") if step_id == "score_final" else None
+"""
+
+
+def test_the_core_finds_a_role_by_class_metadata_not_by_name(site: Path) -> None:
+    """A data entry becomes a step of the one kind that declares ``fetches``: a second
+    package declaring it too is an error naming both, not a silent pick; a step kind of any
+    name says which stage it scores (Step.stage), which the report and translate read."""
+    assert load_registry().declaring("steps", "fetches").name == "fetch"
+    install(site, "late-plugins", "[mtcore.steps]\nlate_fetch = late_plugins:OtherFetch\n"
+            "late_scorer = late_plugins:Scorer\n", {"late_plugins": STEPS})  # fmt: skip
+    registry = load_registry()
+    with pytest.raises(PluginError) as caught:
+        registry.declaring("steps", "fetches")
+    message = str(caught.value)
+    assert "more than one step declares fetches = True" in message
+    assert "fetch (mtcore)" in message and "late_fetch (late-plugins)" in message
+    scorer = registry.load("steps", "late_scorer")
+    assert scorer().stage("score_final") == ("final", "enja")
+    assert scorer().stage("score") is None
+    assert registry.load("steps", "evaluate")().stage("eval_ft_jaen") == ("ft", "jaen")
+    assert registry.load("steps", "evaluate")().stage("evaluate_ft") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -44,6 +45,10 @@ def score_all(
     return out
 
 
+STAGE_ID = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+)$")
+"""The shipped recipes' convention: the evaluate step of a stage is ``eval_<stage>_<direction>``."""
+
+
 class EvaluateStep(Step):
     """``hyp`` is a monolingual corpus; each ``ref`` corpus contributes its column in the
     target language. Scores land in ``scores.json`` and in the manifest's metrics, each with
@@ -57,6 +62,10 @@ class EvaluateStep(Step):
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         return check_components(registry, "metrics", self.config.metrics, "metrics")
+
+    def stage(self, step_id: str) -> tuple[str, str] | None:
+        match = STAGE_ID.match(step_id)
+        return None if match is None else (match["stage"], match["direction"])
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [

@@ -31,6 +31,7 @@ class FetchStep(Step):
     """Reads a corpus from a source plugin into the workdir, applying the input policy."""
 
     name = "fetch"
+    fetches = True
     Config = FetchConfig
     config: FetchConfig
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
