@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"real data not found at {DATA}")
     import torch
 
-    from mtcore_plugins.models.zoo import register_everything
+    from mtcore_plugins.models.presets import register_everything
 
     torch.set_num_threads(options.threads)
     register_everything()

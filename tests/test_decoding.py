@@ -16,12 +16,12 @@ import pytest
 from mtcore.errors import DataError, PluginError
 from mtcore.registry import load_registry
 from mtcore.step import Artifact, StepContext
+from mtcore_plugins.common import decoding
+from mtcore_plugins.common.decoding import Ensemble, Translator
+from mtcore_plugins.common.force_decode import ForceDecoder
+from mtcore_plugins.common.nbest import Entry, read_nbest
 from mtcore_plugins.executors.local import LocalExecutor
-from mtcore_plugins.steps import decoding
 from mtcore_plugins.steps.binarize import BinarizeStep
-from mtcore_plugins.steps.decoding import Ensemble, Translator
-from mtcore_plugins.steps.force_decode import ForceDecoder
-from mtcore_plugins.steps.nbest import Entry, read_nbest
 from mtcore_plugins.steps.spm import SentencePieceStep
 from mtcore_plugins.steps.train import TrainStep
 from mtcore_plugins.steps.translate import TranslateConfig, TranslateStep

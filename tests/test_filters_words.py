@@ -8,7 +8,7 @@ import pytest
 
 from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.textblock import TextBlock
-from mtcore_plugins.filters import _tokens
+from mtcore_plugins.common import tokens as _tokens
 
 # Raw lines of the WMT22 general test sets (en-ja, en-zh references), unsegmented.
 JA_NEWS = (

@@ -27,7 +27,8 @@ from mtcore.errors import PluginError
 from mtcore.plan import make_plan
 from mtcore.recipe import build_recipe
 from mtcore.runner import Runner
-from mtcore_plugins.steps.kenlm import kenlm_binary, lm_line
+from mtcore_plugins.common.ngram import lm_line
+from mtcore_plugins.steps.kenlm import kenlm_binary
 
 from .conftest import ENJA, SHARED
 

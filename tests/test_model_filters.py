@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from mtcore.errors import PluginError
 from mtcore.filtering import KEPT, Chain, make_specs
 from mtcore.textblock import TextBlock
-from mtcore_plugins.filters import embedding as embedding_module
+from mtcore_plugins.common import embeddings as embedding_module
 from mtcore_plugins.filters import langid as langid_module
 
 from .conftest import SHARED, real_slice

@@ -636,7 +636,7 @@ def test_rdrop_trains_through_the_train_step(enja_data: Path, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_adapters_only_fine_tuning_keeps_the_base_model(enja_data: Path, tmp_path: Path) -> None:
-    from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals
 
     base = train(
         enja_data, tmp_path / "base", "mtcore_yishu_12_6_tiny", ["transformer_presets"], []

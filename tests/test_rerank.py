@@ -18,16 +18,16 @@ from mtcore.corpus import CorpusWriter
 from mtcore.errors import DataError, PluginError, StepError
 from mtcore.registry import load_registry
 from mtcore.step import Artifact, StepContext
-from mtcore_plugins.executors.local import LocalExecutor
-from mtcore_plugins.steps.nbest import Entry, NBestWriter, read_nbest
-from mtcore_plugins.steps.rerank import RerankConfig, RerankStep
-from mtcore_plugins.tuners._bleu import (
+from mtcore_plugins.common.bleu import (
     best_rows,
     bleu_of_choice,
     corpus_bleu,
     hypothesis_stats,
     sentence_bleu,
 )
+from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
+from mtcore_plugins.executors.local import LocalExecutor
+from mtcore_plugins.steps.rerank import RerankConfig, RerankStep
 from mtcore_plugins.tuners.mert import line_search
 
 from .conftest import ENJA, SHARED, tiny_bert
@@ -302,7 +302,7 @@ def kenlm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ngram_lm_prefers_fluent_order(kenlm_model: Path) -> None:
     """Real held-out Japanese scores above the same words reversed; ``sum`` is ``token`` times
     the tokens (</s> counted); a model without the target language is refused."""
-    from mtcore_plugins.steps.kenlm import lm_line
+    from mtcore_plugins.common.ngram import lm_line
 
     hyps = real_lines("dev", "ja", 50)
     reversed_hyps = [" ".join(h.split()[::-1]) for h in hyps]
@@ -452,7 +452,7 @@ def test_rerank_with_fixed_weights_picks_the_weighted_best(tmp_path: Path) -> No
     step.run(ctx)
     hyp = (tmp_path / "rr/hyp/hyp.ja").read_text(encoding="utf-8").splitlines()
     # the fewest MeCab words wins; the first of equal ones
-    from mtcore_plugins.filters._tokens import tokens
+    from mtcore_plugins.common.tokens import tokens
 
     fewest = [min(h, key=lambda x: len(tokens(x[0], "ja")))[0] for h in nbest]
     assert hyp == fewest

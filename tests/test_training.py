@@ -15,20 +15,21 @@ import pytest
 
 from mtcore.errors import DataError, StepError
 from mtcore.step import Artifact
-from mtcore_plugins.steps.binarize import BinarizeStep
-from mtcore_plugins.steps.checkpoints import (
+from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,
     keep_best,
     save_for_inference,
     select_best,
 )
-from mtcore_plugins.steps.fairseq_entry import add_safe_globals, reverse_tokens
+from mtcore_plugins.common.fairseq_entry import reverse_tokens
+from mtcore_plugins.common.fairseq_setup import add_safe_globals
+from mtcore_plugins.common.vocab_map import map_vocabulary
+from mtcore_plugins.steps.binarize import BinarizeStep
 from mtcore_plugins.steps.spm import SentencePieceStep
 from mtcore_plugins.steps.train import TrainStep, parse_train_log
 from mtcore_plugins.steps.train_config import TrainConfig
 from mtcore_plugins.steps.translate import TranslateConfig, TranslateStep, Translator
-from mtcore_plugins.steps.vocab_map import map_vocabulary
 
 from .test_fairseq_steps import DATA, make_ctx, write_corpus
 
@@ -391,7 +392,7 @@ def test_vocabulary_mapped_init_copies_shared_rows(
     import torch
     from fairseq.data import Dictionary
 
-    from mtcore_plugins.steps.vocab_map import remap_checkpoint
+    from mtcore_plugins.common.vocab_map import remap_checkpoint
 
     old = Dictionary.load(str(parent / "dict.ja.txt"))
     new = Dictionary.load(str(vocabs["data_b"] / "dict.ja.txt"))

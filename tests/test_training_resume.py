@@ -50,7 +50,7 @@ def test_stopped_in_epochs_two_and_three_it_continues_as_if_never_stopped(
 ) -> None:
     """fairseq 0.12 ordered a resumed run's examples with the seed of the epoch it resumed in,
     not epoch 1's, so from epoch 2 on the batches (equal lengths in another order) and then
-    the model drifted (mtcore_plugins.steps.fairseq_entry._resumed_batches_as_in_epoch_one)."""
+    the model drifted (mtcore_plugins.common.fairseq_entry._resumed_batches_as_in_epoch_one)."""
     data = binarized[0]
     log = train_to(data, tmp_path / "through", 120)
     epoch = int(re.search(r'\| train \| \{"epoch": 1, .*"train_num_updates": "(\d+)"', log)[1])

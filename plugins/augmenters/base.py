@@ -13,12 +13,9 @@ import random
 from pydantic import Field
 
 from mtcore.plugin import Augmenter, PluginConfig
+from mtcore_plugins.common.tags import TOKEN_PATTERN
 
 __all__ = ["TOKEN_PATTERN", "Augmenter", "SeededConfig", "line_rng"]
-
-TOKEN_PATTERN = r"^\S{1,64}$"
-"""A tag or placeholder token: one whitespace-free word (it must stay one word for the
-tokenizer; see docs/augmentation.md on SentencePiece's ``user_defined_symbols``)."""
 
 
 class SeededConfig(PluginConfig):

@@ -17,7 +17,8 @@ from typing import Literal
 from pydantic import Field
 
 from mtcore.plugin import Augmenter
-from mtcore_plugins.augmenters.base import TOKEN_PATTERN, SeededConfig, line_rng
+from mtcore_plugins.augmenters.base import SeededConfig, line_rng
+from mtcore_plugins.common.tags import TOKEN_PATTERN
 
 
 class NoiseConfig(SeededConfig):

@@ -10,13 +10,7 @@ from collections.abc import Sequence
 from pydantic import Field, field_validator
 
 from mtcore.plugin import Augmenter, PluginConfig
-from mtcore_plugins.augmenters.base import TOKEN_PATTERN
-
-
-def prepend(token: str, lines: Sequence[str]) -> list[str]:
-    """``token`` and a space before every line that has text; an empty or blank line stays as
-    it is (a pair made only of a tag would teach nothing but the tag)."""
-    return [f"{token} {line}" if line.strip() else line for line in lines]
+from mtcore_plugins.common.tags import TOKEN_PATTERN, prepend
 
 
 class TagConfig(PluginConfig):

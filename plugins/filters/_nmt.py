@@ -1,12 +1,11 @@
 """Trained fairseq models inside filters: loaded once per worker process through the translate
-step's :class:`~mtcore_plugins.steps.translate.Translator` (same checks of the model artifact,
+step's :class:`~mtcore_plugins.common.decoding.Translator` (same checks of the model artifact,
 same model plugins, same SentencePiece handling), and force-decoded with fairseq's
 ``SequenceScorer`` to get log P(y|x)."""
 
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,22 +36,20 @@ def translator(model: Path, spm: Path, src: str, tgt: str, threads: int, **decod
         import torch
 
         from mtcore.registry import load_registry
-        from mtcore.step import Artifact, StepContext
-        from mtcore_plugins.steps.translate import TranslateConfig, Translator
+        from mtcore.step import Artifact
+        from mtcore_plugins.common.decoding import DecodeJob, Translator
 
         torch.set_num_threads(threads)
-        config = TranslateConfig(src=src, tgt=tgt, threads=threads, **decoding)
-        ctx = StepContext(
+        registry = load_registry()
+        # the translate step's own settings model, through the registry (not its module)
+        settings = registry.load("steps", "translate").Config
+        config = settings(src=src, tgt=tgt, threads=threads, **decoding)
+        job = DecodeJob(
             step_id=f"model {model}",
-            kind="filter",
-            step_hash="",
-            work=Path(tempfile.gettempdir()),
             inputs={"model": Artifact.open(model), "spm": Artifact.open(spm)},
-            executor=None,  # type: ignore[arg-type]  # Translator never maps tasks
-            registry=load_registry(),
-            show_progress=False,
+            registry=registry,
         )
-        _TRANSLATORS[key] = Translator(config, ctx)
+        _TRANSLATORS[key] = Translator(config, job)
     return _TRANSLATORS[key]
 
 

@@ -113,7 +113,7 @@ class DenoiseFilter(Filter):
         self._check_same_dictionaries()
 
     def _check_same_dictionaries(self) -> None:
-        from mtcore_plugins.steps.checkpoints import first_difference
+        from mtcore_plugins.common.checkpoints import first_difference
 
         config = self.config
         assert isinstance(config, DenoiseConfig)
@@ -134,7 +134,7 @@ class DenoiseFilter(Filter):
         decoders = self._decoders
         if role not in decoders:
             from mtcore.step import Artifact
-            from mtcore_plugins.steps.ct2_force import ct2_force_decoder
+            from mtcore_plugins.common.ct2_force import ct2_force_decoder
 
             members = {"model": Artifact.open(self.models[role])}
             where = f"filter {self.name!r} ({role})"

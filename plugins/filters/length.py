@@ -11,8 +11,8 @@ from pydantic import Field
 
 from mtcore.plugin import PluginConfig
 from mtcore.textblock import TextBlock, TextColumn
+from mtcore_plugins.common.tokens import count_tokens, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
-from mtcore_plugins.filters._tokens import count_tokens, segmenter_lang
 
 Unit = Literal["char", "word", "token"]
 

@@ -46,23 +46,7 @@ from pydantic import Field, field_validator
 
 from mtcore.errors import PluginError
 from mtcore.plugin import Filter, Pair, PluginConfig
-
-_MODELS: dict[str, Any] = {}
-
-
-def load_model(path: Path) -> Any:
-    """A ``kenlm.Model``, loaded once per process (the binary is memory-mapped)."""
-    key = str(path)
-    if key not in _MODELS:
-        try:
-            import kenlm
-        except ImportError:
-            raise PluginError(
-                "filter 'lm' needs the `kenlm` Python module; build it with "
-                "`bash scripts/build_kenlm.sh .venv`"
-            ) from None
-        _MODELS[key] = kenlm.Model(key)
-    return _MODELS[key]
+from mtcore_plugins.common.ngram import load_model
 
 
 def base_lang(lang: str) -> str:
@@ -150,7 +134,7 @@ class LanguageModelFilter(Filter):
 
     @staticmethod
     def _meta(folder: Path, role: str) -> dict[str, Any]:
-        from mtcore_plugins.steps.kenlm import TOKENIZATION
+        from mtcore_plugins.common.ngram import TOKENIZATION
 
         meta_file = folder / "artifact.json"
         meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
@@ -202,7 +186,7 @@ class LanguageModelFilter(Filter):
 
     def log10_perplexities(self, batch: Sequence[Pair]) -> np.ndarray:
         """(pairs, sides) log10 perplexity of each side; NaN where a side has no model."""
-        from mtcore_plugins.steps.kenlm import lm_line, log10_perplexity
+        from mtcore_plugins.common.ngram import lm_line, log10_perplexity
 
         values = np.full((len(batch), len(self.langs)), np.nan)
         for side in self.sides:

@@ -2,7 +2,7 @@
 MeCab, footnote 3; OpusFilter's ``LongWordFilter`` with ``threshold`` T is ``max_chars: T - 1,
 unit: word``).
 
-Words are counted as :mod:`mtcore_plugins.filters._tokens` counts them: MeCab words for
+Words are counted as :mod:`mtcore_plugins.common.tokens` counts them: MeCab words for
 Japanese, jieba words for Chinese, whitespace words elsewhere. Split on whitespace, as
 OpusFilter does, a raw Japanese or Chinese sentence is one "word" and every sentence over 40
 characters goes: 41 % of the clean WMT21-23 En-Ja test pairs (``unit: word``), against 0.0 %
@@ -18,8 +18,8 @@ from pydantic import Field
 
 from mtcore.plugin import PluginConfig
 from mtcore.textblock import TextBlock, TextColumn
+from mtcore_plugins.common.tokens import longest_token, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
-from mtcore_plugins.filters._tokens import longest_token, segmenter_lang
 
 
 class LongWordConfig(PluginConfig):

@@ -110,7 +110,7 @@ class MooreLewisFilter(Filter):
         return out
 
     def score(self, batch: Sequence[Pair]) -> list[float]:
-        from mtcore_plugins.steps.kenlm import lm_line
+        from mtcore_plugins.common.ngram import lm_line
 
         config = self.config
         assert isinstance(config, MooreLewisConfig)

@@ -16,8 +16,8 @@ from pydantic import Field, field_validator
 
 from mtcore.plugin import Filter, Pair, PluginConfig
 from mtcore.textblock import TextBlock, TextColumn, line_of_offsets
+from mtcore_plugins.common.tokens import count_tokens, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
-from mtcore_plugins.filters._tokens import count_tokens, segmenter_lang
 
 
 def matches_per_line(column: TextColumn, pattern: re.Pattern[str]) -> np.ndarray:

@@ -7,19 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from mtcore.plugin import Model, PluginConfig
+from mtcore_plugins.models.zoo import NT5_TABLE4, of_family
 
 # arch name -> settings applied over fairseq's transformer base_architecture (only where the
 # command line did not set them: fairseq passes unset model arguments as absent).
-# NT5 Table 4: (encoder layers, encoder FFN, decoder layers, decoder FFN).
-NT5_TABLE4: dict[str, tuple[int, int, int, int]] = {
-    "mtcore_nt5_ntt_base": (9, 8192, 9, 8192),
-    "mtcore_nt5_abci_base": (9, 16384, 9, 4096),
-    "mtcore_nt5_abci_encbig": (12, 65536, 9, 8192),
-    "mtcore_nt5_abci_encdeep": (18, 8192, 9, 8192),
-    "mtcore_nt5_failab_encbig": (9, 61440, 9, 16384),
-    "mtcore_nt5_failab_decbig": (9, 16384, 9, 61440),
-}
-
 PRESETS: dict[str, dict[str, Any]] = {
     # Small enough to learn something in a few CPU minutes; for tests and smoke runs.
     "mtcore_transformer_tiny": {
@@ -137,8 +128,6 @@ class TransformerPresets(Model):
         """No settings: the presets are fixed."""
 
     def register(self) -> None:
-        from mtcore_plugins.models.zoo import register_everything
-
         register_everything()
 
     @staticmethod
@@ -155,6 +144,15 @@ class TransformerPresets(Model):
 
     @staticmethod
     def architectures() -> list[str]:
-        from mtcore_plugins.models.zoo import of_family
-
         return sorted([*PRESETS, *of_family("transformer_presets")])
+
+
+def register_everything() -> None:
+    """Every mtcore architecture and the R-Drop criterion (what ``--user-dir`` loads)."""
+    from mtcore_plugins.models.rdrop import register_rdrop
+    from mtcore_plugins.models.zoo import PRESETS as ZOO
+    from mtcore_plugins.models.zoo import register_presets
+
+    TransformerPresets.register_own()
+    register_presets(sorted(ZOO))
+    register_rdrop()

@@ -11,10 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mtcore_plugins.models.presets import NT5_TABLE4
-
 TRANSFORMER = "transformer"
 MTCORE = "mtcore_transformer"
+
+# NT5 Table 4: (encoder layers, encoder FFN, decoder layers, decoder FFN).
+NT5_TABLE4: dict[str, tuple[int, int, int, int]] = {
+    "mtcore_nt5_ntt_base": (9, 8192, 9, 8192),
+    "mtcore_nt5_abci_base": (9, 16384, 9, 4096),
+    "mtcore_nt5_abci_encbig": (12, 65536, 9, 8192),
+    "mtcore_nt5_abci_encdeep": (18, 8192, 9, 8192),
+    "mtcore_nt5_failab_encbig": (9, 61440, 9, 16384),
+    "mtcore_nt5_failab_decbig": (9, 16384, 9, 61440),
+}
 
 
 @dataclass(frozen=True)
@@ -167,13 +175,3 @@ def register_presets(names: list[str]) -> None:
             register_model_architecture(preset.model, name)(
                 _architecture(preset.model, preset.settings)
             )
-
-
-def register_everything() -> None:
-    """Every mtcore architecture and the R-Drop criterion (what ``--user-dir`` loads)."""
-    from mtcore_plugins.models.presets import TransformerPresets
-    from mtcore_plugins.models.rdrop import register_rdrop
-
-    TransformerPresets.register_own()
-    register_presets(sorted(PRESETS))
-    register_rdrop()

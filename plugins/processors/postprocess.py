@@ -25,7 +25,7 @@ import regex
 from pydantic import Field
 
 from mtcore.plugin import PluginConfig, Processor
-from mtcore_plugins.steps.truecase import words
+from mtcore_plugins.common.truecasing import words
 
 # The anonymization placeholders of the WMT22/23 general test sets (#PRS_ORG#, #URL#, ...).
 WMT_PLACEHOLDERS = ["PRS_ORG", "URL", "NAME", "NUMBER", "PHONENUMBER", "ADDRESS", "EMAIL"]

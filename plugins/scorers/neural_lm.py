@@ -41,8 +41,8 @@ class NeuralLMScorer(Scorer):
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         from fairseq import checkpoint_utils
 
-        from mtcore_plugins.steps.binarize import load_spm
-        from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+        from mtcore_plugins.common.fairseq_setup import add_safe_globals
+        from mtcore_plugins.common.spm import load_spm
 
         super().setup(src, tgt, resources)
         config = self.config

@@ -32,8 +32,7 @@ class NgramLMScorer(Scorer):
     Config = NgramLMConfig
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
-        from mtcore_plugins.filters.lm import load_model
-        from mtcore_plugins.steps.kenlm import TOKENIZATION
+        from mtcore_plugins.common.ngram import TOKENIZATION, load_model
 
         super().setup(src, tgt, resources)
         config = self.config
@@ -59,7 +58,7 @@ class NgramLMScorer(Scorer):
         self.model = load_model(folder / meta["files"][tgt])
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        from mtcore_plugins.steps.kenlm import lm_line
+        from mtcore_plugins.common.ngram import lm_line
 
         config = self.config
         assert isinstance(config, NgramLMConfig)

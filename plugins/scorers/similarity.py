@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mtcore.plugin import Scorer
-from mtcore_plugins.filters.embedding import EncoderConfig
+from mtcore_plugins.common.embeddings import EncoderConfig
 
 
 class SimilarityConfig(EncoderConfig):

@@ -78,8 +78,8 @@ class TranslationScorer(Scorer):
     backward = False
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
-        from mtcore_plugins.steps.decoding import MODEL_ROLES, load_ensemble
-        from mtcore_plugins.steps.force_decode import ForceDecoder
+        from mtcore_plugins.common.decoding import MODEL_ROLES, load_ensemble
+        from mtcore_plugins.common.force_decode import ForceDecoder
 
         super().setup(src, tgt, resources)
         config = self.config
@@ -98,8 +98,8 @@ class TranslationScorer(Scorer):
         }
         reads, writes = (tgt, src) if self.backward else (src, tgt)
         if config.backend != "fairseq":
-            from mtcore_plugins.steps.ct2_force import ct2_force_decoder
-            from mtcore_plugins.steps.decoding import check_members
+            from mtcore_plugins.common.ct2_force import ct2_force_decoder
+            from mtcore_plugins.common.decoding import check_members
 
             where = f"scorer {self.name!r}"
             direction = check_members(reads, writes, weights, where, members)
@@ -124,7 +124,7 @@ class TranslationScorer(Scorer):
             )
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        from mtcore_plugins.steps.force_decode import normalize
+        from mtcore_plugins.common.force_decode import normalize
 
         if not pairs:
             return []

@@ -27,6 +27,7 @@ from mtcore.errors import DataError, StepError
 from mtcore.plugin import PluginConfig
 from mtcore.process import run_logged
 from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore_plugins.common.spm import load_spm
 
 SPLITS = ("train", "valid")
 CHUNK = 10_000
@@ -222,17 +223,6 @@ def _sampled(
     if failed:
         raise failed[0]
     return result[0]
-
-
-def load_spm(path: Path) -> Any:
-    import sentencepiece as spm
-
-    from mtcore.step import Artifact
-
-    meta = Artifact.open(path).meta
-    if meta.get("type") != "sentencepiece":
-        raise DataError(f"{path} is not a SentencePiece model (artifact type {meta.get('type')!r})")
-    return spm.SentencePieceProcessor(model_file=str(path / meta.get("model", "spm.model")))
 
 
 def mmap_length(index: Path) -> int:

@@ -17,7 +17,7 @@ from mtcore.plugin import Scorer
 from mtcore.registry import Registry, load_registry
 from mtcore.shards import map_shards, worker_memo
 from mtcore.step import StepContext
-from mtcore_plugins.steps.nbest import Entry, NBestWriter, read_nbest
+from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
 
 STEP_KEYS = ("name", "feature")
 """Keys of a feature entry that belong to the step, not to the scorer's settings."""

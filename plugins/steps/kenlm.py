@@ -34,34 +34,12 @@ from mtcore.errors import StepError
 from mtcore.plugin import NOT_IDENTITY, PluginConfig
 from mtcore.process import run_logged
 from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore_plugins.common.ngram import TOKENIZATION, lm_line, log10_perplexity
 
-TOKENIZATION = "mtcore-segmenter-1"
-"""Names :func:`lm_line`'s rules in ``artifact.json``; a filter refuses a model whose training
-text was tokenized differently."""
 BUILD_HINT = "build them with `bash scripts/build_kenlm.sh .venv`"
 MAX_ORDER = 6  # scripts/build_kenlm.sh compiles KenLM with KENLM_MAX_ORDER=6
 CHUNK = 5_000  # lines per tokenization task
 NOT_IN_HASH: JsonDict = dict(NOT_IDENTITY)  # typed copy: mypy reads NOT_IDENTITY as dict[str, bool]
-# KenLM's own symbols: lmplz refuses them inside the text (and `--skip_symbols` would silently
-# turn them into spaces), so they are dropped from training and query text alike.
-SPECIAL = frozenset({"<s>", "</s>", "<unk>"})
-
-
-def lm_line(text: str, lang: str) -> str:
-    """The space-joined tokens KenLM sees for ``text``: segmenter words for ja/zh
-    (:func:`mtcore_plugins.filters._tokens.tokens`), whitespace words otherwise."""
-    from mtcore_plugins.filters._tokens import tokens
-
-    # Re-split: KenLM splits on ASCII whitespace only, so no token may carry other spaces.
-    words = (w for t in tokens(text, lang) for w in t.split())
-    return " ".join(w for w in words if w not in SPECIAL)
-
-
-def log10_perplexity(model: Any, line: str) -> float:
-    """log10 of the perplexity of an already tokenized line, ``</s>`` included (as
-    ``kenlm.Model.perplexity``, without the round trip through ``10**``)."""
-    words = line.count(" ") + 1 if line else 0  # lm_line joins single spaces
-    return float(-model.score(line, bos=True, eos=True) / (words + 1))
 
 
 def kenlm_binary(name: str) -> str:

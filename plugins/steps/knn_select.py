@@ -31,7 +31,7 @@ from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.shards import map_shards
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
-from mtcore_plugins.filters.embedding import EncoderConfig
+from mtcore_plugins.common.embeddings import EncoderConfig
 
 Task = tuple[dict[str, Any], tuple[str, ...], int, RawBlock]
 

@@ -32,8 +32,8 @@ from mtcore.plugin import PluginConfig, Tuner, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore_plugins.common.nbest import Entry, NBestWriter, open_nbest
 from mtcore_plugins.steps.features import STEP_KEYS, add_features, make_specs
-from mtcore_plugins.steps.nbest import Entry, NBestWriter, open_nbest
 from mtcore_plugins.steps.translate import worker_threads
 
 OWN_INPUTS = ("nbest", "dev_nbest", "dev_ref")
@@ -232,7 +232,7 @@ def dev_report(
 ) -> dict[str, float]:
     """Dev BLEU of the decoder's 1-best, of the reranked choice and of the oracle (the best
     sentence BLEU of each list)."""
-    from mtcore_plugins.tuners._bleu import bleu_of_choice, hypothesis_stats, sentence_bleu
+    from mtcore_plugins.common.bleu import bleu_of_choice, hypothesis_stats, sentence_bleu
 
     stats = hypothesis_stats([[t for t, _ in e.hyps] for e in entries], [refs], "auto", tgt)
     offsets = np.cumsum([0] + [len(e.hyps) for e in entries])

@@ -4,7 +4,7 @@ development dataset from all the available baseline systems of each direction fo
 ensembling").
 
 Each candidate translates the source column of ``dev`` alone, with the translate step's own
-beam search (:class:`~mtcore_plugins.steps.decoding.Translator`), and is scored against the
+beam search (:class:`~mtcore_plugins.common.decoding.Translator`), and is scored against the
 target column with a metric plugin, as the evaluate step scores. The chosen models are the
 outputs ``model``, ``model2``, ... best first: each is the candidate's artifact as it is (its
 files linked, not copied), so a translate step, a rerank feature or ``mtcore export`` reads it
@@ -30,7 +30,7 @@ from mtcore.plugin import NOT_IDENTITY, Metric, PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
-from mtcore_plugins.steps.decoding import MODEL_ROLES, DecodeJob, check_model
+from mtcore_plugins.common.decoding import MODEL_ROLES, DecodeJob, check_model
 
 CANDIDATE_ROLES = ("model", *(f"model{i}" for i in range(2, 17)))
 RANKING_FILE = "ranking.json"
@@ -192,7 +192,7 @@ def translate_dev(
     beam search."""
     import torch
 
-    from mtcore_plugins.steps.decoding import Translator
+    from mtcore_plugins.common.decoding import Translator
     from mtcore_plugins.steps.translate import TranslateConfig
 
     settings = config.model_dump(

@@ -26,8 +26,7 @@ from mtcore.errors import DataError
 from mtcore.plugin import PluginConfig
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
-from mtcore_plugins.augmenters.base import TOKEN_PATTERN
-from mtcore_plugins.augmenters.tags import prepend
+from mtcore_plugins.common.tags import TOKEN_PATTERN, prepend
 from mtcore_plugins.steps.normalize import encode
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"

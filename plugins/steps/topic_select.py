@@ -80,7 +80,7 @@ class TopicSelectConfig(PluginConfig):
 
 def terms(text: str, lang: str, max_n: int, lowercase: bool) -> set[str]:
     """The distinct word n-grams (1..max_n) of ``text`` that contain a letter."""
-    from mtcore_plugins.filters._tokens import tokens
+    from mtcore_plugins.common.tokens import tokens
 
     words = [w for token in tokens(text, lang) for w in WORD.findall(token)]
     if lowercase:

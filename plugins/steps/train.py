@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from mtcore.errors import DataError, StepError
 from mtcore.process import run_logged, tail
 from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
-from mtcore_plugins.steps.checkpoints import (
+from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,
     first_difference,
@@ -29,7 +29,7 @@ from mtcore_plugins.steps.checkpoints import (
 )
 from mtcore_plugins.steps.train_config import TrainConfig
 
-ENTRY = "mtcore_plugins.steps.fairseq_entry"
+ENTRY = "mtcore_plugins.common.fairseq_entry"
 JSON_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 DONE = "| done training in"
 SKIPPED = re.compile(r"([\d,]+) samples have invalid sizes and will be skipped")
@@ -261,7 +261,7 @@ class TrainStep(Step):
                         "init_vocab: map to start a new vocabulary from the init model's rows"
                     )
             return checkpoint
-        from mtcore_plugins.steps.vocab_map import remap_checkpoint
+        from mtcore_plugins.common.vocab_map import remap_checkpoint
 
         mapped = ctx.scratch("init") / "mapped.pt"
         maps = remap_checkpoint(checkpoint, (old[0], old[1]), (new[0], new[1]), mapped)

@@ -25,10 +25,10 @@ from mtcore.errors import DataError
 from mtcore.plugin import PluginConfig
 from mtcore.process import run_logged
 from mtcore.step import Step, StepContext, write_artifact_meta
-from mtcore_plugins.steps.binarize import load_spm
+from mtcore_plugins.common.spm import load_spm
 from mtcore_plugins.steps.train import parse_train_log, training_done
 
-ENTRY = "mtcore_plugins.steps.lm_entry"
+ENTRY = "mtcore_plugins.common.lm_entry"
 
 
 BINARIZED = ".binarized"  # marks the scratch data complete (fairseq-preprocess wrote every file)
@@ -163,8 +163,8 @@ class TrainLMStep(Step):
     def _finalize(last: Path, output: Path) -> None:
         import torch
 
-        from mtcore_plugins.steps.checkpoints import save_for_inference
-        from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+        from mtcore_plugins.common.checkpoints import save_for_inference
+        from mtcore_plugins.common.fairseq_setup import add_safe_globals
 
         if output.exists():
             return

@@ -28,8 +28,8 @@ from mtcore.plugin import NOT_IDENTITY, Executor, PluginConfig
 from mtcore.shards import map_shards
 from mtcore.stats import Stats
 from mtcore.step import Artifact, Step, StepContext
-from mtcore_plugins.steps.ct2_decoding import Ct2Translator
-from mtcore_plugins.steps.decoding import (
+from mtcore_plugins.common.ct2_decoding import Ct2Translator
+from mtcore_plugins.common.decoding import (
     MODEL_ROLES,
     DecodeJob,
     Hyp,
@@ -37,7 +37,7 @@ from mtcore_plugins.steps.decoding import (
     check_members,
     weigh_models,
 )
-from mtcore_plugins.steps.nbest import NBestWriter
+from mtcore_plugins.common.nbest import NBestWriter
 
 __all__ = ["MODEL_ROLES", "TranslateConfig", "TranslateStep", "Translator", "check_members"]
 __all__ += ["weigh_models"]
@@ -298,7 +298,7 @@ def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepCo
     "" for fairseq: per ``backend``, with the reason logged when auto falls back."""
     if config.backend == "fairseq":
         return ""
-    from mtcore_plugins.steps.ct2_decoding import obstacles
+    from mtcore_plugins.common.ct2_decoding import obstacles
 
     reasons = obstacles(config, members, ctx.registry)
     if reasons:
@@ -308,7 +308,7 @@ def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepCo
         ctx.log.warning("%s: backend auto decodes with fairseq: %s", ctx.step_id, why)
         ctx.metrics["backend"] = "fairseq"
         return ""
-    from mtcore_plugins.steps.ct2_convert import converted
+    from mtcore_plugins.common.ct2_convert import converted
 
     path = converted(members["model"], config.src, config.tgt, config.models, ctx.registry)
     ctx.metrics["backend"] = "ctranslate2"

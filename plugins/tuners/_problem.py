@@ -12,7 +12,7 @@ from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import NBest, PluginConfig
-from mtcore_plugins.tuners._bleu import hypothesis_stats
+from mtcore_plugins.common.bleu import hypothesis_stats
 
 Tokenize = Literal["auto", "13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"]
 

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.plugin import NBest, Tuner
-from mtcore_plugins.tuners._bleu import WIDTH, corpus_bleu
+from mtcore_plugins.common.bleu import WIDTH, corpus_bleu
 from mtcore_plugins.tuners._problem import Problem, TunerConfig, as_weights, make_problem
 
 
@@ -99,7 +99,7 @@ def climb(
 
 
 def score_at(problem: Problem, w: np.ndarray) -> float:
-    from mtcore_plugins.tuners._bleu import best_rows, bleu_of_choice
+    from mtcore_plugins.common.bleu import best_rows, bleu_of_choice
 
     return bleu_of_choice(problem.stats, best_rows(problem.X @ w, problem.offsets))
 

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.plugin import NBest, Tuner
-from mtcore_plugins.tuners._bleu import best_rows, bleu_of_choice
+from mtcore_plugins.common.bleu import best_rows, bleu_of_choice
 from mtcore_plugins.tuners._problem import TunerConfig, as_weights, make_problem
 
 

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import NBest, Tuner
-from mtcore_plugins.tuners._bleu import sentence_bleu
+from mtcore_plugins.common.bleu import sentence_bleu
 from mtcore_plugins.tuners._problem import Problem, TunerConfig, as_weights, make_problem
 
 

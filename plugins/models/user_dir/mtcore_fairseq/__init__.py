@@ -6,8 +6,8 @@ checkpoints in a fresh process. fairseq imports this package by its directory na
 
 from __future__ import annotations
 
-from mtcore_plugins.models.zoo import register_everything
-from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+from mtcore_plugins.common.fairseq_setup import add_safe_globals
+from mtcore_plugins.models.presets import register_everything
 
 register_everything()
 add_safe_globals()

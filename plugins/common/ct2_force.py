@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from mtcore.errors import PluginError
-from mtcore_plugins.steps.binarize import load_spm
-from mtcore_plugins.steps.ct2_convert import limits
+from mtcore_plugins.common.ct2_convert import limits
+from mtcore_plugins.common.spm import load_spm
 
 
 class Ct2ForceDecoder:
@@ -99,7 +99,7 @@ def ct2_force_decoder(
         return None
     import logging
 
-    from mtcore_plugins.steps.ct2_convert import check, converted
+    from mtcore_plugins.common.ct2_convert import check, converted
 
     model = members["model"]
     reasons = (

@@ -27,12 +27,12 @@ from typing import Any
 from mtcore.errors import DataError
 from mtcore.hashing import cache_home, content_hash, hash_json
 from mtcore.step import Artifact
+from mtcore_plugins.common.ct2_spec import ACTIVATIONS, transformer_spec
 
 LIMITS_FILE = "mtcore_limits.json"  # the fairseq model's (source, target) positions
 CONVERTER_VERSION = 1  # bump when the mapping below changes: old cache entries are then unused
 
 # fairseq --activation-fn -> CTranslate2 (as its own fairseq converter maps them).
-ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_fast": "GELUTanh", "gelu_accurate": "GELUTanh"}
 MODELS = ("transformer", "mtcore_transformer")
 
 
@@ -45,7 +45,7 @@ def checkpoint_args(path: Path) -> Any:
     (memory-mapped)."""
     import torch
 
-    from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals
 
     add_safe_globals()
     state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
@@ -58,7 +58,7 @@ def checkpoint_args(path: Path) -> Any:
 
 def model_name(arch: str, plugins: list[str], registry: Any = None) -> str:
     """The fairseq model an architecture belongs to, with mtcore's architectures registered."""
-    from mtcore_plugins.steps.fairseq_entry import register_models, root_logging_kept
+    from mtcore_plugins.common.fairseq_setup import register_models, root_logging_kept
 
     with root_logging_kept():
         from fairseq.models import ARCH_MODEL_NAME_REGISTRY
@@ -179,8 +179,7 @@ class FairseqSpecConverter:
     def spec(self) -> Any:
         import torch
 
-        from mtcore_plugins.steps.ct2_spec import transformer_spec
-        from mtcore_plugins.steps.fairseq_entry import (
+        from mtcore_plugins.common.fairseq_setup import (
             add_safe_globals,
             register_models,
             root_logging_kept,

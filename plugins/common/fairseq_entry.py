@@ -1,7 +1,7 @@
 """Runs fairseq in a subprocess after registering mtcore model plugins, plus the helpers the
 fairseq steps share (safe checkpoint loading, plugin registration).
 
-    python -m mtcore_plugins.steps.fairseq_entry train [--models a,b] [--threads N] \
+    python -m mtcore_plugins.common.fairseq_entry train [--models a,b] [--threads N] \
         [--too-long error|skip] [--nproc N] [--label-smoothing X] [--r2l] [--keep-best N] \
         -- FAIRSEQ_TRAIN_ARGS...
 
@@ -19,65 +19,21 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mtcore.process import PARENT_ENV, die_with_parent
 
 # Moved to checkpoints.py; kept importable from here for existing callers.
-from mtcore_plugins.steps.checkpoints import average_checkpoints as average_checkpoints
-from mtcore_plugins.steps.checkpoints import save_for_inference as save_for_inference
+from mtcore_plugins.common.checkpoints import average_checkpoints as average_checkpoints
+from mtcore_plugins.common.checkpoints import save_for_inference as save_for_inference
+from mtcore_plugins.common.fairseq_setup import (
+    add_safe_globals,
+    register_models,
+)
 
-MODULE = "mtcore_plugins.steps.fairseq_entry"  # __name__ is __main__ under python -m
+MODULE = "mtcore_plugins.common.fairseq_entry"  # __name__ is __main__ under python -m
 WORKER_ARGV = "MTCORE_FAIRSEQ_ARGV"
-
-
-def safe_globals() -> list[Any]:
-    """Types inside fairseq checkpoints that torch's weights-only unpickler must allow. Found by
-    loading fairseq 0.12 checkpoints (interval, last, best; with optimizer state) under torch
-    2.13: ``argparse.Namespace`` (a legacy architecture's ``cfg.model``), and with --eval-bleu
-    the numpy arrays of n-gram counts in the logged meters (``extra_state["metrics"]``): numpy's
-    array reconstructor, ``ndarray``, ``dtype`` and the integer and float dtype classes. Plain
-    data only; every other global stays refused."""
-    import numpy
-
-    core = getattr(numpy, "_core", None) or numpy.core  # numpy 2 renamed numpy.core
-    dtypes = [type(numpy.dtype(t)) for t in ("int32", "int64", "float32", "float64")]
-    return [argparse.Namespace, core.multiarray._reconstruct, numpy.ndarray, numpy.dtype, *dtypes]
-
-
-@contextmanager
-def root_logging_kept() -> Iterator[None]:
-    """Importing fairseq calls ``logging.basicConfig(level=DEBUG)`` (wav2vec2_classification)
-    and more: every library's debug output would reach the user's terminal. Undo that."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    if not handlers:  # basicConfig does nothing while the root logger has a handler
-        root.addHandler(logging.NullHandler())
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-
-def add_safe_globals() -> None:
-    import torch.serialization
-
-    torch.serialization.add_safe_globals(safe_globals())
-
-
-def register_models(names: Sequence[str], registry: Any = None) -> None:
-    """Calls ``register()`` of each named ``mtcore.models`` plugin (idempotent by contract)."""
-    if registry is None:
-        from mtcore.registry import load_registry
-
-        registry = load_registry()
-    for name in names:
-        plugin = registry.load("models", name).from_dict({})
-        plugin.register()
 
 
 def _refuse_long_examples() -> None:
@@ -138,10 +94,10 @@ def reverse_tokens(tokens: Any, eos: int) -> Any:
 
 def _keep_best(save_dir: Path, n: int) -> None:
     """After every save that carries a validation score, keep the checkpoint among the best
-    ``n`` (see :func:`mtcore_plugins.steps.checkpoints.keep_best`)."""
+    ``n`` (see :func:`mtcore_plugins.common.checkpoints.keep_best`)."""
     from fairseq import checkpoint_utils
 
-    from mtcore_plugins.steps.checkpoints import keep_best
+    from mtcore_plugins.common.checkpoints import keep_best
 
     save = checkpoint_utils.save_checkpoint
 
@@ -328,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         argv = json.loads(os.environ[WORKER_ARGV])
     if not argv or argv[0] != "train":
         sys.exit(
-            "usage: python -m mtcore_plugins.steps.fairseq_entry train [--models a,b] "
+            "usage: python -m mtcore_plugins.common.fairseq_entry train [--models a,b] "
             "[--threads N] [--too-long error|skip] [--nproc N] [--label-smoothing X] [--r2l] "
             "[--keep-best N] -- FAIRSEQ_TRAIN_ARGS..."
         )

@@ -42,7 +42,7 @@ def select_checkpoints(save_dir: Path, n: int) -> list[Path]:
 def checkpoint_updates(path: Path) -> int:
     import torch
 
-    from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals
 
     add_safe_globals()
     state = torch.load(path, map_location="cpu", weights_only=True)
@@ -149,7 +149,7 @@ def copy_without_optimizer(source: Path, target: Path) -> None:
     model's size)."""
     import torch
 
-    from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals
 
     add_safe_globals()
     state = torch.load(source, map_location="cpu", weights_only=True)
@@ -183,7 +183,7 @@ def average_checkpoints(paths: Sequence[Path], output: Path) -> None:
     state. Written atomically."""
     import torch
 
-    from mtcore_plugins.steps.fairseq_entry import add_safe_globals
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals
 
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")

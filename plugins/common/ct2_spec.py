@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mtcore_plugins.steps.ct2_convert import ACTIVATIONS
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_fast": "GELUTanh", "gelu_accurate": "GELUTanh"}
 
 LAYER_NORM_EPSILON = 1e-5  # fairseq's LayerNorm default
 

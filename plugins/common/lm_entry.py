@@ -1,6 +1,6 @@
-"""The ``train`` entry (:mod:`mtcore_plugins.steps.fairseq_entry`) for fairseq language models:
+"""The ``train`` entry (:mod:`mtcore_plugins.common.fairseq_entry`) for fairseq language models:
 
-    python -m mtcore_plugins.steps.lm_entry train [entry options] -- FAIRSEQ_TRAIN_ARGS...
+    python -m mtcore_plugins.common.lm_entry train [entry options] -- FAIRSEQ_TRAIN_ARGS...
 
 fairseq 0.12's ``TokenBlockDataset`` (every ``language_modeling`` dataset) asks numpy for
 ``np.compat.long``, which numpy 2 removed; the alias (``int64``, what it named on 64-bit
@@ -21,7 +21,7 @@ def restore_numpy_compat() -> None:
 
 def main() -> None:
     restore_numpy_compat()
-    from mtcore_plugins.steps.fairseq_entry import main as entry
+    from mtcore_plugins.common.fairseq_entry import main as entry
 
     entry()
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mtcore_plugins.steps.decoding import Ensemble
+from mtcore_plugins.common.decoding import Ensemble
 
 
 class ForceDecoder:

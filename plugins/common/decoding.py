@@ -18,13 +18,13 @@ from typing import Any
 from mtcore.errors import DataError
 from mtcore.stats import Stats
 from mtcore.step import Artifact
-from mtcore_plugins.steps.binarize import load_spm
-from mtcore_plugins.steps.checkpoints import first_difference
-from mtcore_plugins.steps.fairseq_entry import (
+from mtcore_plugins.common.checkpoints import first_difference
+from mtcore_plugins.common.fairseq_setup import (
     add_safe_globals,
     register_models,
     root_logging_kept,
 )
+from mtcore_plugins.common.spm import load_spm
 
 # NT5 §4.4 (footnote 7) ensembles up to eight models; Xiaomi §3.3 and HW-TSC §5.3 four.
 MODEL_ROLES = ("model", *(f"model{i}" for i in range(2, 9)))

@@ -80,7 +80,7 @@ def remap_checkpoint(
     (source, target) ``old_dicts`` to ``new_dicts``; returns the map of each side."""
     import torch
 
-    from mtcore_plugins.steps.fairseq_entry import add_safe_globals, root_logging_kept
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals, root_logging_kept
 
     with root_logging_kept():
         from fairseq.data import Dictionary

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from mtcore.errors import DataError
-from mtcore_plugins.steps.binarize import load_spm
-from mtcore_plugins.steps.ct2_convert import limits
-from mtcore_plugins.steps.decoding import Hyp
+from mtcore_plugins.common.ct2_convert import limits
+from mtcore_plugins.common.decoding import Hyp
+from mtcore_plugins.common.spm import load_spm
 
 
 class Ct2Translator:
@@ -217,7 +217,7 @@ def obstacles(config: Any, members: dict[str, Any], registry: Any = None) -> lis
     reasons = []
     if not getattr(config, "sampling", False) and getattr(config, "temperature", 1.0) != 1.0:
         reasons.append("temperature under beam search (CTranslate2 applies it to sampling only)")
-    from mtcore_plugins.steps.ct2_convert import check
+    from mtcore_plugins.common.ct2_convert import check
 
     return reasons + check(members["model"], list(config.models), registry)
 

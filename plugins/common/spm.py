@@ -1,0 +1,19 @@
+"""SentencePiece models as the spm step writes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mtcore.errors import DataError
+
+
+def load_spm(path: Path) -> Any:
+    import sentencepiece as spm
+
+    from mtcore.step import Artifact
+
+    meta = Artifact.open(path).meta
+    if meta.get("type") != "sentencepiece":
+        raise DataError(f"{path} is not a SentencePiece model (artifact type {meta.get('type')!r})")
+    return spm.SentencePieceProcessor(model_file=str(path / meta.get("model", "spm.model")))
