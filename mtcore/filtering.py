@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from mtcore.components import ComponentSpec, component_specs
 from mtcore.errors import PluginError
 from mtcore.plugin import Filter
 from mtcore.ranking import KeepSpec
@@ -36,74 +37,15 @@ ENGINE_KEYS = ("name", "keep")
 """Keys of a chain entry that belong to the engine, not to the filter's settings."""
 
 
-@dataclass(frozen=True)
-class FilterSpec:
-    """A filter as a recipe names it: plugin name, its settings, a label for counters, for a
-    ranked entry its ``keep`` rule and, once made, its corpus fit's directory (``fitted``)."""
-
-    name: str
-    config: tuple[tuple[str, Any], ...]
-    label: str
-    keep: tuple[tuple[str, Any], ...] | None = None
-    fitted: str | None = None
-
-    def configured(self, registry: Registry) -> Filter:
-        """The plugin with its settings, before ``setup`` (which may load models)."""
-        plugin = registry.load("filters", self.name).from_dict(_thaw(dict(self.config)))
-        assert isinstance(plugin, Filter)
-        return plugin
-
-    def build(
-        self,
-        registry: Registry,
-        langs: tuple[str, ...],
-        resources: Mapping[str, Path] | None = None,
-    ) -> Filter:
-        plugin = self.configured(registry)
-        plugin.setup(langs, resources)
-        if self.fitted is not None:
-            plugin.use_fit(Path(self.fitted))
-        return plugin
-
-    @property
-    def keep_spec(self) -> KeepSpec | None:
-        return None if self.keep is None else KeepSpec.model_validate(_thaw(self.keep))
+def make_specs(entries: Sequence[Any]) -> list[ComponentSpec]:
+    """The specs of a filter chain; ``keep`` is the engine's key of an entry."""
+    return list(component_specs("filters", entries, ENGINE_KEYS[1:]))
 
 
-def _freeze(value: Any) -> Any:
-    """A hashable copy of a setting: dicts and lists become tagged tuples (a dict's keys may be
-    any type, e.g. char_repetition's ``limits: {1: 4}``)."""
-    if isinstance(value, dict):
-        items = sorted(value.items(), key=lambda kv: (type(kv[0]).__name__, kv[0]))
-        return ("__dict__", *((k, _freeze(v)) for k, v in items))
-    if isinstance(value, list):
-        return ("__list__", *(_freeze(v) for v in value))
-    return value
-
-
-def _thaw(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, tuple) and value:
-        if value[0] == "__list__":
-            return [_thaw(v) for v in value[1:]]
-        if value[0] == "__dict__":
-            return {k: _thaw(v) for k, v in value[1:]}
-    return value
-
-
-def make_specs(entries: Sequence[Any]) -> list[FilterSpec]:
-    specs: list[FilterSpec] = []
-    used: dict[str, int] = {}
-    for entry in entries:
-        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-        name = str(entry["name"])
-        used[name] = used.get(name, 0) + 1
-        label = name if used[name] == 1 else f"{name}#{used[name]}"
-        config = tuple(sorted((k, _freeze(v)) for k, v in entry.items() if k not in ENGINE_KEYS))
-        keep = entry.get("keep")
-        specs.append(FilterSpec(name, config, label, None if keep is None else _freeze(keep)))
-    return specs
+def keep_of(spec: ComponentSpec) -> KeepSpec | None:
+    """A ranked entry's ``keep`` rule, None for a filter that uses its own threshold."""
+    keep = spec.get("keep")
+    return None if keep is None else KeepSpec.model_validate(keep)
 
 
 def check_chain(registry: Registry, entries: Sequence[Any], where: str) -> list[tuple[str, str]]:
@@ -163,7 +105,7 @@ class Chain:
 
     def __init__(
         self,
-        specs: Sequence[FilterSpec],
+        specs: Sequence[ComponentSpec],
         registry: Registry,
         langs: tuple[str, ...],
         resources: Mapping[str, Path] | None = None,
@@ -171,7 +113,8 @@ class Chain:
         self.specs = tuple(specs)
         self.langs = langs
         self.filters = [spec.build(registry, langs, resources) for spec in specs]
-        self.ranked = {i: spec.keep_spec for i, spec in enumerate(specs) if spec.keep is not None}
+        ranked = {i: keep_of(spec) for i, spec in enumerate(specs)}
+        self.ranked = {i: keep for i, keep in ranked.items() if keep is not None}
 
     def run_stateless(self, block: TextBlock) -> ShardResult:
         n = len(block)
@@ -255,7 +198,7 @@ def _as_score_array(scores: Any, name: str) -> np.ndarray:
 
 
 def _chain(
-    specs: tuple[FilterSpec, ...], langs: tuple[str, ...], resources: tuple[tuple[str, str], ...]
+    specs: tuple[ComponentSpec, ...], langs: tuple[str, ...], resources: tuple[tuple[str, str], ...]
 ) -> Chain:
     """The filter chain of a shard task, built once per worker process."""
     paths = {role: Path(path) for role, path in resources}
@@ -264,7 +207,7 @@ def _chain(
     )
 
 
-ChainTask = tuple[tuple[FilterSpec, ...], tuple[str, ...], tuple[tuple[str, str], ...], RawBlock]
+ChainTask = tuple[tuple[ComponentSpec, ...], tuple[str, ...], tuple[tuple[str, str], ...], RawBlock]
 
 
 def chain_task(task: ChainTask) -> ShardResult:
@@ -292,7 +235,7 @@ def map_chain(
     fn: Callable[[ChainTask], ShardResult],
     files: Sequence[Path],
     langs: tuple[str, ...],
-    specs: tuple[FilterSpec, ...],
+    specs: tuple[ComponentSpec, ...],
     shard_size: int,
 ) -> Iterator[tuple[RawBlock, ShardResult]]:
     """``fn`` (:func:`chain_task` or :func:`score_task`) over the shards of the corpus
@@ -315,7 +258,7 @@ class StatefulStage:
 
     def __init__(
         self,
-        specs: Sequence[FilterSpec],
+        specs: Sequence[ComponentSpec],
         registry: Registry,
         langs: tuple[str, ...],
         resources: Mapping[str, Path] | None = None,

@@ -10,7 +10,7 @@ chain, in chain order, is fitted once on a sample of the corpus:
   filter learns from the pairs they keep (stateful entries drop nothing here);
 - ``fit`` writes into a temporary directory renamed to ``<scratch>/fit/<n>-<label>`` when
   complete: a step killed while fitting fits again, one killed later reuses the fit. The
-  directory then travels with the chain's specs to every worker (``FilterSpec.fitted``).
+  directory then travels with the chain's specs to every worker (``ComponentSpec.fitted``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from mtcore.components import ComponentSpec
 from mtcore.errors import DataError
-from mtcore.filtering import KEPT, FilterSpec, chain_task
+from mtcore.filtering import KEPT, chain_task
 from mtcore.plugin import Filter, Pair
 from mtcore.textblock import BlockReader, RawBlock
 
@@ -38,9 +39,9 @@ def fit_chain(
     ctx: Any,
     files: Sequence[Path],
     langs: tuple[str, ...],
-    specs: tuple[FilterSpec, ...],
+    specs: tuple[ComponentSpec, ...],
     resources: tuple[tuple[str, str], ...],
-) -> tuple[FilterSpec, ...]:
+) -> tuple[ComponentSpec, ...]:
     """``specs`` with ``fitted`` set for every filter that asks to be fitted."""
     done = list(specs)
     for index, spec in enumerate(specs):
@@ -88,7 +89,7 @@ def draw_sample(files: Sequence[Path], langs: tuple[str, ...], size: int) -> lis
 
 def kept_by(
     ctx: Any,
-    prefix: tuple[FilterSpec, ...],
+    prefix: tuple[ComponentSpec, ...],
     langs: tuple[str, ...],
     resources: tuple[tuple[str, str], ...],
     blocks: Sequence[RawBlock],

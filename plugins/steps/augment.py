@@ -11,21 +11,20 @@ together with a ``lang_tag`` augmenter. The manifest counts the lines each augme
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
+from mtcore.components import ComponentSpec, built, component_specs
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import StepError
 from mtcore.plugin import Augmenter, PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards, worker_memo
+from mtcore.shards import map_shards
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
 from mtcore_plugins.steps.normalize import ShardOutput, checked, rewrite_shard
@@ -33,41 +32,17 @@ from mtcore_plugins.steps.normalize import ShardOutput, checked, rewrite_shard
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 
 
-@dataclass(frozen=True)
-class AugmenterSpec:
-    """A chain entry: plugin name, its settings as JSON (hashable, picklable) and a label for
-    the counters (``tag``, ``tag#2`` for a second tag entry)."""
-
-    name: str
-    settings: str
-    label: str
-
-    def build(self, registry: Registry) -> Augmenter:
-        plugin = registry.load("augmenters", self.name).from_dict(json.loads(self.settings))
-        if not isinstance(plugin, Augmenter):
-            raise StepError(f"augmenter {self.name!r} does not implement the Augmenter contract")
-        return plugin
+def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ComponentSpec, ...]:
+    return component_specs("augmenters", entries)
 
 
-def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[AugmenterSpec, ...]:
-    specs: list[AugmenterSpec] = []
-    used: Counter[str] = Counter()
-    for entry in entries:
-        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-        name = str(entry.pop("name"))
-        used[name] += 1
-        label = name if used[name] == 1 else f"{name}#{used[name]}"
-        specs.append(AugmenterSpec(name, json.dumps(entry, sort_keys=True), label))
-    return tuple(specs)
-
-
-def _chain(specs: tuple[AugmenterSpec, ...]) -> list[Augmenter]:
+def _chain(specs: tuple[ComponentSpec, ...]) -> list[Augmenter]:
     """The augmenters of ``specs``, built once per worker process."""
-    return worker_memo(specs, lambda: [spec.build(load_registry()) for spec in specs])
+    return built(specs, lambda: [spec.build(load_registry()) for spec in specs])
 
 
 def augment_task(
-    task: tuple[tuple[tuple[AugmenterSpec, ...], str], tuple[str, ...], RawBlock],
+    task: tuple[tuple[tuple[ComponentSpec, ...], str], tuple[str, ...], RawBlock],
 ) -> ShardOutput:
     """Runs in a worker: one shard, the chain applied to the ``side`` column only."""
     (specs, side_lang), langs, raw = task

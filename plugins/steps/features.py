@@ -4,17 +4,15 @@ scorers, and loads their models, once), resume-safe like every sharded step."""
 
 from __future__ import annotations
 
-import json
 import math
-from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mtcore.components import ComponentSpec, component_specs
 from mtcore.errors import StepError
 from mtcore.plugin import Scorer
-from mtcore.registry import Registry, load_registry
+from mtcore.registry import load_registry
 from mtcore.shards import map_shards, worker_memo
 from mtcore.step import StepContext
 from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
@@ -23,37 +21,13 @@ STEP_KEYS = ("name", "feature")
 """Keys of a feature entry that belong to the step, not to the scorer's settings."""
 
 
-@dataclass(frozen=True)
-class ScorerSpec:
-    """A feature entry: plugin name, its settings as JSON and the feature column it fills."""
-
-    name: str
-    settings: str
-    label: str
-
-    def build(self, registry: Registry) -> Scorer:
-        plugin = registry.load("scorers", self.name).from_dict(json.loads(self.settings))
-        if not isinstance(plugin, Scorer):
-            raise StepError(f"scorer {self.name!r} is not a Scorer")
-        return plugin
-
-
-def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ScorerSpec, ...]:
+def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ComponentSpec, ...]:
     """Specs of the feature entries; a second entry of one scorer is labelled ``name#2``
     unless it names its ``feature``."""
-    specs = []
-    used: Counter[str] = Counter()
-    for entry in entries:
-        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-        name = str(entry["name"])
-        used[name] += 1
-        label = str(entry.get("feature") or (name if used[name] == 1 else f"{name}#{used[name]}"))
-        settings = {k: v for k, v in entry.items() if k not in STEP_KEYS}
-        specs.append(ScorerSpec(name, json.dumps(settings, sort_keys=True), label))
-    return tuple(specs)
+    return component_specs("scorers", entries, STEP_KEYS[1:], label_key="feature")
 
 
-def _chain(specs: tuple[ScorerSpec, ...], src: str, tgt: str, resources: Any) -> list[Scorer]:
+def _chain(specs: tuple[ComponentSpec, ...], src: str, tgt: str, resources: Any) -> list[Scorer]:
     """The scorers of ``specs``, set up once per worker process; one chain per process: a new
     step's models replace the last."""
 
@@ -61,15 +35,14 @@ def _chain(specs: tuple[ScorerSpec, ...], src: str, tgt: str, resources: Any) ->
         registry = load_registry()
         chain = []
         for spec in specs:
-            scorer = spec.build(registry)
-            scorer.setup(src, tgt, {role: Path(path) for role, path in resources})
+            scorer = spec.build(registry, src, tgt, {role: Path(p) for role, p in resources})
             chain.append(scorer)
         return chain
 
     return worker_memo((specs, src, tgt, resources), build, only=True)
 
 
-Task = tuple[tuple[ScorerSpec, ...], str, str, Any, int, str, list[Entry]]
+Task = tuple[tuple[ComponentSpec, ...], str, str, Any, int, str, list[Entry]]
 
 
 def feature_task(task: Task) -> list[Entry]:
@@ -113,7 +86,7 @@ def add_features(
     ctx: StepContext,
     source: Path,
     out: NBestWriter,
-    specs: tuple[ScorerSpec, ...],
+    specs: tuple[ComponentSpec, ...],
     resources: Any,
     shard_size: int,
     threads: int,

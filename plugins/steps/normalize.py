@@ -9,20 +9,19 @@ empty (``emptied.<lang>``). The sharding (:func:`rewrite_corpus`) is shared with
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import Field
 
+from mtcore.components import ComponentSpec, built, component_specs
 from mtcore.corpus import INNER_BREAKS, Corpus, CorpusWriter
 from mtcore.errors import StepError
 from mtcore.plugin import PluginConfig, Processor, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards, worker_memo
+from mtcore.shards import map_shards
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
 
@@ -36,41 +35,14 @@ ShardOutput = tuple[tuple[bytes, ...], dict[str, int]]
 # --- the chain -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ProcessorSpec:
-    """A chain entry: plugin name, its settings as JSON (hashable, picklable), a label for the
-    counters (``html``, ``html#2`` for a second html entry) and the sides it applies to."""
-
-    name: str
-    settings: str
-    label: str
-    langs: tuple[str, ...] | None
-
-    def build(self, registry: Registry) -> Processor:
-        plugin = registry.load("processors", self.name).from_dict(json.loads(self.settings))
-        assert isinstance(plugin, Processor)
-        return plugin
+def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ComponentSpec, ...]:
+    """The chain's specs; ``langs`` (the sides an entry applies to) is the step's key."""
+    return component_specs("processors", entries, STEP_KEYS[1:])
 
 
-def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ProcessorSpec, ...]:
-    specs: list[ProcessorSpec] = []
-    used: Counter[str] = Counter()
-    for entry in entries:
-        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-        name = str(entry["name"])
-        used[name] += 1
-        label = name if used[name] == 1 else f"{name}#{used[name]}"
-        settings = {k: v for k, v in entry.items() if k not in STEP_KEYS}
-        langs = entry.get("langs")
-        specs.append(
-            ProcessorSpec(
-                name,
-                json.dumps(settings, sort_keys=True),
-                label,
-                None if langs is None else tuple(str(x) for x in langs),
-            )
-        )
-    return tuple(specs)
+def _langs(spec: ComponentSpec) -> tuple[str, ...] | None:
+    langs = spec.get("langs")
+    return None if langs is None else tuple(str(x) for x in langs)
 
 
 def check_langs(entries: Sequence[Any], field: str) -> list[tuple[str, str]]:
@@ -91,9 +63,9 @@ def check_langs(entries: Sequence[Any], field: str) -> list[tuple[str, str]]:
     return problems
 
 
-def _chain(specs: tuple[ProcessorSpec, ...]) -> list[Processor]:
+def _chain(specs: tuple[ComponentSpec, ...]) -> list[Processor]:
     """The processors of ``specs``, built once per worker process."""
-    return worker_memo(specs, lambda: [spec.build(load_registry()) for spec in specs])
+    return built(specs, lambda: [spec.build(load_registry()) for spec in specs])
 
 
 def checked(
@@ -157,14 +129,14 @@ def rewrite_shard(
 
 
 def normalize_task(
-    task: tuple[tuple[ProcessorSpec, ...], tuple[str, ...], RawBlock],
+    task: tuple[tuple[ComponentSpec, ...], tuple[str, ...], RawBlock],
 ) -> ShardOutput:
     specs, langs, raw = task
     chain = _chain(specs)
 
     def rewrite(lines: list[str], side: int, lang: str, counts: Counter[str]) -> list[str]:
         for spec, plugin in zip(specs, chain, strict=True):
-            if spec.langs is not None and lang not in spec.langs:
+            if _langs(spec) is not None and lang not in (_langs(spec) or ()):
                 continue
             out = checked(
                 plugin.process(lines, lang), lines, f"processor {spec.label!r}", raw, side, lang
@@ -245,7 +217,7 @@ class NormalizeStep(Step):
         source = Corpus.open(ctx.inputs["corpus"].path)
         specs = make_specs(self.config.processors)
         for index, spec in enumerate(specs):
-            missing = sorted(set(spec.langs or ()) - set(source.langs))
+            missing = sorted(set(_langs(spec) or ()) - set(source.langs))
             if missing:
                 raise StepError(
                     f"processors.{index}.langs names {', '.join(missing)} but the corpus "

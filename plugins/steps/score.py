@@ -10,9 +10,10 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from mtcore.cleaning import score_corpus
 from mtcore.corpus import Corpus
-from mtcore.errors import PluginError, StepError
-from mtcore.filtering import make_specs, map_chain, score_task
+from mtcore.errors import PluginError
+from mtcore.filtering import make_specs
 from mtcore.plugin import PluginConfig, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
@@ -59,42 +60,21 @@ class ScoreStep(Step):
 
     def run(self, ctx: StepContext) -> None:
         source = Corpus.open(ctx.inputs["corpus"].path)
-        langs = source.langs
-        specs = tuple(make_specs(self.config.filters))
         out = ctx.output("scores")
-        columns: list[str] | None = None
+        columns: list[str] = [spec.label for spec in make_specs(self.config.filters)]
         lines = 0
         with open(out / SCORES_FILE, "w", encoding="utf-8", newline="\n") as handle:
-            shards = map_chain(
-                ctx, score_task, source.files(), langs, specs, self.config.shard_size
-            )
-            for raw, result in shards:
-                table = np.hstack([result.scores[i] for i in range(len(specs))])
-                if columns is None:
-                    columns = _columns(specs, result.scores, langs)
+            shards = score_corpus(ctx, source, self.config.filters, self.config.shard_size)
+            for number, (raw, columns, table) in enumerate(shards):
+                if not number:
                     handle.write("\t".join(columns) + "\n")
-                if table.shape != (raw.count, len(columns)):
-                    raise StepError(f"score: a shard has scores of shape {table.shape}")
                 np.savetxt(handle, table, fmt="%.9g", delimiter="\t")
                 lines += raw.count
-        if columns is None:
-            columns = [spec.label for spec in specs]
-            (out / SCORES_FILE).write_text("\t".join(columns) + "\n", encoding="utf-8")
+            if not lines:
+                handle.write("\t".join(columns) + "\n")
         ctx.stats.add("pairs", lines)
-        write_artifact_meta(out, type="scores", columns=columns, lines=lines, langs=list(langs))
-
-
-def _columns(specs: Any, scores: dict[int, np.ndarray], langs: tuple[str, ...]) -> list[str]:
-    names = []
-    for i, spec in enumerate(specs):
-        width = scores[i].shape[1]
-        if width == 1:
-            names.append(spec.label)
-        elif width == len(langs):
-            names += [f"{spec.label}.{lang}" for lang in langs]
-        else:
-            names += [f"{spec.label}.{j}" for j in range(width)]
-    return names
+        langs = list(source.langs)
+        write_artifact_meta(out, type="scores", columns=columns, lines=lines, langs=langs)
 
 
 def read_scores(path: Path) -> tuple[list[str], np.ndarray]:
