@@ -18,11 +18,8 @@ copy. Once a block changes, unchanged bytes are copied by the kernel (``sendfile
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import re
-import shutil
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +37,7 @@ from mtcore.corpus import (
     too_long,
 )
 from mtcore.errors import DataError
+from mtcore.files import copy_range, same_file
 from mtcore.stats import Stats
 from mtcore.textblock import BlockReader
 
@@ -53,7 +51,6 @@ SCANNED_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 """The line-break characters :func:`_scan` finds: every one mtcore.corpus.INNER_BREAKS matches
 (tested)."""
 _BLANK_LINE = re.compile(r"(?m)^\s*$")
-_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 _CUT_CHUNK = 1 << 22
 
 
@@ -232,43 +229,6 @@ def _ends_with_newline(path: Path) -> bool:
             return True
         handle.seek(-1, os.SEEK_END)
         return handle.read(1) == b"\n"
-
-
-def copy_range(source: Path, handle: Any, start: int, end: int) -> None:
-    """Bytes ``start`` to ``end`` of ``source`` appended to ``handle`` by the kernel (input
-    that no rule changed, once the output is being written)."""
-    if end <= start:
-        return
-    handle.flush()
-    with open(source, "rb") as src:
-        offset = start
-        while offset < end:
-            sent = os.sendfile(handle.fileno(), src.fileno(), offset, end - offset)
-            if not sent:
-                raise DataError(f"{source}: changed while it was read (shorter than {end} bytes)")
-            offset += sent
-
-
-def same_file(source: Path, target: Path) -> str:
-    """``target`` made to hold ``source``'s bytes without writing them again: a copy-on-write
-    clone, else a hard link, else a kernel-side copy. Returns which."""
-    with contextlib.suppress(FileNotFoundError):
-        target.unlink()
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        try:
-            fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
-            return "clone"
-        except OSError:
-            pass
-    target.unlink()
-    try:
-        os.link(source, target)
-        return "link"
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
-            raise
-    shutil.copyfile(source, target)
-    return "copy"
 
 
 # --- the worker side --------------------------------------------------------------------------

@@ -49,9 +49,9 @@ class Source(Plugin):
 
     def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
         """Yield segments in order. File-reading sources read through
-        :func:`mtcore.corpus.read_parallel` / :func:`mtcore.corpus.read_tsv` with ``policy`` (an
-        :class:`mtcore.corpus.InputPolicy`) and count what it handled in ``stats``; the fetch step
-        additionally checks every yielded segment for newlines and NUL bytes."""
+        :func:`mtcore.corpus.read_parallel` / :func:`mtcore.corpus_read.read_tsv` with ``policy``
+        (an :class:`mtcore.corpus.InputPolicy`) and count what it handled in ``stats``; the
+        fetch step additionally checks every yielded segment for newlines and NUL bytes."""
         raise NotImplementedError
 
     def line_files(self, stats: Any) -> list[Path] | None:

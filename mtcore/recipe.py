@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from mtcore.errors import PluginError, RecipeError
 from mtcore.overrides import resolve_document
 from mtcore.plugin import Plugin, PluginConfig
+from mtcore.recipe_graph import (
+    check_cycles,
+    check_references,
+    check_unbuilt_references,
+)
+from mtcore.recipe_graph import split_reference as split_reference
 from mtcore.registry import Registry, suggest
 from mtcore.step import Step
 
@@ -150,10 +156,10 @@ def build_recipe(
         spec = _recipe_step(step_id, entry, registry, problems)
         if spec:
             steps[step_id] = spec
-    _check_references(steps, problems, set(head.data) | set(head.steps))
-    _check_unbuilt_references(head.steps, steps, problems, set(head.data) | set(head.steps))
+    check_references(steps, problems, set(head.data) | set(head.steps))
+    check_unbuilt_references(head.steps, steps, problems, set(head.data) | set(head.steps))
     if not problems:
-        _check_cycles(steps, problems)
+        check_cycles(steps, problems)
     if problems:
         raise RecipeError(problems, source)
     return Recipe(path, head.name, chosen, head, resolved, steps, tuple(ablate))
@@ -313,77 +319,6 @@ def pydantic_problems(
             message = "unknown setting"
         out.append(f"{where}: {message}" if where else message)
     return out
-
-
-def split_reference(ref: str) -> tuple[str, str | None]:
-    step, _, output = ref.partition(".")
-    return step, output or None
-
-
-def _check_references(steps: dict[str, StepSpec], problems: list[str], declared: set[str]) -> None:
-    """``declared`` holds every id in the recipe, valid or not: a reference to an entry that
-    already has a problem of its own is not reported a second time."""
-    for spec in steps.values():
-        for role, ref in spec.inputs.items():
-            target, output = split_reference(ref)
-            if target in declared and target not in steps:
-                continue
-            if target not in steps:
-                problems.append(
-                    f"{spec.location}.inputs.{role}: unknown data or step {target!r}. "
-                    f"{suggest(target, steps, 'Known')}"
-                )
-                continue
-            outputs = steps[target].plugin.outputs
-            if output is not None and output not in outputs:
-                problems.append(
-                    f"{spec.location}.inputs.{role}: step {target!r} has no output {output!r} "
-                    f"(outputs: {', '.join(outputs)})"
-                )
-                continue
-            written = steps[target].plugin.written_outputs()
-            if (output or outputs[0]) not in written:
-                problems.append(
-                    f"{spec.location}.inputs.{role}: step {target!r} does not write output "
-                    f"{output!r} with its settings (it writes: {', '.join(written)})"
-                )
-
-
-def _check_unbuilt_references(
-    entries: dict[str, Any], steps: dict[str, StepSpec], problems: list[str], declared: set[str]
-) -> None:
-    """A step that could not be built (a misspelt kind, a bad setting) still has its inputs
-    checked: its dangling references are reported in the same pass, not after the fix."""
-    for step_id, entry in entries.items():
-        inputs = entry.get("inputs") if isinstance(entry, dict) else None
-        if step_id in steps or not isinstance(inputs, dict):
-            continue
-        for role, ref in inputs.items():
-            target = split_reference(str(ref))[0] if ref is not None else None
-            if target is not None and target not in declared:
-                problems.append(
-                    f"steps.{step_id}.inputs.{role}: unknown data or step {target!r}. "
-                    f"{suggest(target, declared, 'Known')}"
-                )
-
-
-def _check_cycles(steps: dict[str, StepSpec], problems: list[str]) -> None:
-    state: dict[str, int] = {}
-
-    def visit(node: str, trail: list[str]) -> None:
-        if state.get(node) == 2:
-            return
-        if state.get(node) == 1:
-            cycle = trail[trail.index(node) :] + [node]
-            problems.append(f"steps: dependency cycle {' -> '.join(cycle)}")
-            return
-        state[node] = 1
-        for ref in steps[node].inputs.values():
-            visit(split_reference(ref)[0], [*trail, node])
-        state[node] = 2
-
-    for node in steps:
-        visit(node, [])
 
 
 def check_components(

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.corpus import Corpus, CorpusWriter, InputPolicy, read_parallel, read_tsv
+from mtcore.corpus import Corpus, CorpusWriter, InputPolicy, read_parallel
+from mtcore.corpus_read import read_tsv
 from mtcore.errors import DataError
 from mtcore.stats import Stats
 

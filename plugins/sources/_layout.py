@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints
 
 from mtcore.archives import find_member
-from mtcore.corpus import Input, InputPolicy, read_parallel, read_tsv
+from mtcore.corpus import Input, InputPolicy, read_parallel
+from mtcore.corpus_read import read_tsv
 from mtcore.formats import read_sgm, read_ted, read_wmt_xml
 from mtcore.hashing import HASHED_WHEN_SET
 from mtcore.plugin import Pair

@@ -20,13 +20,9 @@ an internal copy of the real files, or the dress rehearsal's replicas).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
-import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,9 +32,9 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from mtcore.corpus import Input
 from mtcore.errors import DataError
-from mtcore.hashing import HASHED_WHEN_SET, cache_home, hash_file
+from mtcore.hashing import HASHED_WHEN_SET, cache_home
 from mtcore.plugin import NOT_IDENTITY, Pair, PluginConfig, Source
-from mtcore.stats import Stats
+from mtcore_plugins.sources._download import Downloader
 from mtcore_plugins.sources._layout import (
     FORMAT_FIELD,
     MEMBER_FIELD,
@@ -58,9 +54,6 @@ from mtcore_plugins.sources._mirror import mirror_address, mirror_base, replica_
 
 log = logging.getLogger("mtcore.sources.url")
 
-CHUNK = 1 << 16
-RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
-USER_AGENT = "mtcore-url-source/0.1 (+urllib)"
 LangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
 Column = Annotated[int, Field(ge=0, le=10_000)]
 
@@ -95,143 +88,6 @@ class FileSpec(PluginConfig):
             path = urlsplit(self.url).path
             kind = "gz" if path.endswith(".gz") else "xz" if path.endswith(".xz") else "none"
         return self.key() + ("" if kind == "none" else f".{kind}")
-
-
-class Incomplete(Exception):
-    """One download attempt ended early; the next attempt resumes or restarts."""
-
-
-def content_range(header: str | None) -> tuple[int | None, int | None]:
-    """(first byte, total size) of a ``Content-Range`` header; None where absent or ``*``."""
-    found = re.fullmatch(r"\s*bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)\s*", header or "")
-    if not found:
-        return None, None
-    start, total = found.groups()
-    return (int(start) if start else None), (int(total) if total and total != "*" else None)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Exclusive lock, so two processes never append to one ``.part`` (no-op without fcntl)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; concurrent downloads are the user's risk
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-class Downloader:
-    """Fetches files into ``cache``: resume from ``.part``, verify, rename into place."""
-
-    def __init__(self, cache: Path, timeout: float, retries: int, backoff: float, stats: Stats):
-        self.cache, self.timeout, self.retries, self.backoff = cache, timeout, retries, backoff
-        self.stats = stats
-
-    def fetch(self, spec: FileSpec) -> Path:
-        final = self.cache / spec.cached_name()
-        if not final.is_file():
-            self.cache.mkdir(parents=True, exist_ok=True)
-            part = self.cache / f"{spec.key()}.part"
-            with locked(self.cache / f"{spec.key()}.lock"):
-                if not final.is_file():  # else another process finished it while we waited
-                    self._download(spec.url, part)
-                    self._verify(spec, part)
-                    os.replace(part, final)
-                    return final
-        self.stats.add("url.cache_hits")
-        return final
-
-    def _download(self, url: str, part: Path) -> None:
-        import http.client
-
-        error = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.stats.add("url.retries")
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))
-            try:
-                self._attempt(url, part)
-                self.stats.add("url.downloads")
-                return
-            except (OSError, http.client.HTTPException, Incomplete) as exc:
-                error = str(exc) or type(exc).__name__
-                log.warning(
-                    "%s: attempt %d of %d failed: %s", url, attempt + 1, self.retries + 1, error
-                )
-        kept = f"; {part} is kept and the next run resumes from it" if part.exists() else ""
-        raise DataError(f"{url}: download failed after {self.retries + 1} attempts: {error}{kept}")
-
-    def _attempt(self, url: str, part: Path) -> None:
-        import urllib.error
-        import urllib.request
-
-        offset = part.stat().st_size if part.exists() else 0
-        headers = {"User-Agent": USER_AGENT, **({"Range": f"bytes={offset}-"} if offset else {})}
-        try:
-            response = urllib.request.urlopen(
-                urllib.request.Request(url, headers=headers), timeout=self.timeout
-            )
-        except urllib.error.HTTPError as exc:
-            with exc:
-                self._http_error(url, part, offset, exc)
-            return
-        with response:
-            mode = "wb"
-            if offset and response.status == 206:
-                if content_range(response.headers.get("Content-Range"))[0] != offset:
-                    part.unlink()
-                    raise Incomplete(f"the server resumed at the wrong byte (asked for {offset})")
-                mode = "ab"
-                self.stats.add("url.resumed")
-            elif offset:
-                log.info("%s: the server ignored Range; downloading from byte 0 again", url)
-                self.stats.add("url.range_ignored")
-                offset = 0
-            length = response.headers.get("Content-Length")
-            received = 0
-            with open(part, mode) as out:
-                while chunk := response.read(CHUNK):
-                    out.write(chunk)
-                    received += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            self.stats.add("url.bytes", received)
-        # urllib returns b"" rather than raising when the connection closes early
-        if length is not None and length.isdigit() and received < int(length):
-            total = offset + int(length)
-            raise Incomplete(f"connection closed after {offset + received} of {total} bytes")
-
-    def _http_error(self, url: str, part: Path, offset: int, exc: Any) -> None:
-        if exc.code == 416 and offset:  # nothing after byte offset: complete, or a stale .part
-            if content_range(exc.headers.get("Content-Range"))[1] == offset:
-                return
-            part.unlink()
-            raise Incomplete(f"HTTP 416 when resuming at byte {offset}; restarting from zero")
-        if exc.code in RETRY_STATUS:
-            raise Incomplete(f"HTTP {exc.code} {exc.reason}")
-        raise DataError(f"{url}: HTTP {exc.code} {exc.reason}; check the url") from exc
-
-    def _verify(self, spec: FileSpec, part: Path) -> None:
-        actual = hash_file(part)
-        if spec.sha256 is None:
-            log.warning(
-                "%s: no sha256 given; the file downloaded has sha256 %s (set sha256: %s to pin it)",
-                spec.url,
-                actual,
-                actual,
-            )
-        elif actual != spec.sha256:
-            part.unlink(missing_ok=True)
-            raise DataError(
-                f"{spec.url}: sha256 mismatch: expected {spec.sha256}, got {actual}; the "
-                "download was deleted (fix the sha256 or the url)"
-            )
 
 
 def default_cache() -> Path:

@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 
 from mtcore.corpus import Corpus
 from mtcore.errors import DataError
-from mtcore.ingest import same_file
+from mtcore.files import same_file
 from mtcore.metrics import build_metrics
 from mtcore.plugin import NOT_IDENTITY, Metric, PluginConfig, components
 from mtcore.recipe import check_components
