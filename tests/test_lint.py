@@ -65,3 +65,38 @@ def test_plugin_layers_point_one_way():
         }
     )
     assert not wrong, "\n".join(wrong)
+
+
+def test_plugin_modules_import_no_cycle():
+    """Issue 19 point 3: no two plugin modules import each other, directly or through others
+    (lazy and type-checking imports count: a cycle hidden in a function is still one)."""
+    import ast
+
+    graph: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "plugins").rglob("*.py")):
+        parts = path.relative_to(ROOT / "plugins").with_suffix("").parts
+        module = ".".join(("mtcore_plugins", *parts)).removesuffix(".__init__")
+        found = graph.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    state: dict[str, int] = {}
+    cycles: list[str] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        if state.get(node) == 2:
+            return
+        if state.get(node) == 1:
+            cycles.append(" -> ".join([*trail[trail.index(node) :], node]))
+            return
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if target in graph:
+                visit(target, [*trail, node])
+        state[node] = 2
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not cycles, "\n".join(cycles)

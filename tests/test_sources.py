@@ -24,9 +24,10 @@ from mtcore.hashing import content_hash
 from mtcore.plugin import identity_dict
 from mtcore.registry import load_registry
 from mtcore.stats import Stats
+from mtcore_plugins.sources._download import FileSpec
 from mtcore_plugins.sources.gettext import GettextSource, catalog_units
 from mtcore_plugins.sources.local import LocalSource
-from mtcore_plugins.sources.url import FileSpec, UrlSource
+from mtcore_plugins.sources.url import UrlSource
 
 ENJA = Path("/work/shared/data/en-ja/odashi+small_parallel_enja")
 LOCALE = Path("/usr/share/locale")

@@ -1,29 +1,64 @@
-"""Downloads into the URL source's cache: resumed from a ``.part`` file, retried with backoff,
-verified against the expected sha256 and renamed into place, one process at a time per file."""
+"""One file the URL source downloads (:class:`FileSpec`), and the downloads into its cache:
+resumed from a ``.part`` file, retried with backoff, verified against the expected sha256 and
+renamed into place, one process at a time per file."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
 
 from mtcore.errors import DataError
 from mtcore.hashing import hash_file
+from mtcore.plugin import PluginConfig
 from mtcore.stats import Stats
-
-if TYPE_CHECKING:
-    from mtcore_plugins.sources.url import FileSpec
 
 log = logging.getLogger("mtcore.sources.url")
 
 CHUNK = 1 << 16
 RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 USER_AGENT = "mtcore-url-source/0.1 (+urllib)"
+
+
+class FileSpec(PluginConfig):
+    url: str = Field(pattern=r"^https?://\S+$", max_length=8192, description="http(s) address")
+    sha256: str | None = Field(
+        None,
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="expected sha256 of the file as downloaded (64 hex digits); null: not "
+        "checked, the actual hash is logged so it can be pinned",
+    )
+    compression: Literal["auto", "none", "gz", "xz"] = Field(
+        "auto",
+        description="gz: gzip; xz: xz/lzma; none: as it is; auto: by the URL path's ending (.gz, "
+        ".xz); an archive's own compression is detected from its bytes",
+    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, value: str | None) -> str | None:
+        return value.lower() if value else value
+
+    def key(self) -> str:
+        return self.sha256 or hashlib.sha256(self.url.encode("utf-8")).hexdigest()
+
+    def cached_name(self) -> str:
+        """The key, with ``.gz`` or ``.xz`` when the file is compressed so (the suffix is what
+        makes the readers decompress it)."""
+        kind = self.compression
+        if kind == "auto":
+            path = urlsplit(self.url).path
+            kind = "gz" if path.endswith(".gz") else "xz" if path.endswith(".xz") else "none"
+        return self.key() + ("" if kind == "none" else f".{kind}")
 
 
 class Incomplete(Exception):

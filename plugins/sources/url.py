@@ -20,21 +20,19 @@ an internal copy of the real files, or the dress rehearsal's replicas).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Any
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from mtcore.corpus import Input
 from mtcore.errors import DataError
 from mtcore.hashing import HASHED_WHEN_SET, cache_home
 from mtcore.plugin import NOT_IDENTITY, Pair, PluginConfig, Source
-from mtcore_plugins.sources._download import Downloader
+from mtcore_plugins.sources._download import Downloader, FileSpec
 from mtcore_plugins.sources._layout import (
     FORMAT_FIELD,
     MEMBER_FIELD,
@@ -56,38 +54,6 @@ log = logging.getLogger("mtcore.sources.url")
 
 LangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
 Column = Annotated[int, Field(ge=0, le=10_000)]
-
-
-class FileSpec(PluginConfig):
-    url: str = Field(pattern=r"^https?://\S+$", max_length=8192, description="http(s) address")
-    sha256: str | None = Field(
-        None,
-        pattern=r"^[0-9a-fA-F]{64}$",
-        description="expected sha256 of the file as downloaded (64 hex digits); null: not "
-        "checked, the actual hash is logged so it can be pinned",
-    )
-    compression: Literal["auto", "none", "gz", "xz"] = Field(
-        "auto",
-        description="gz: gzip; xz: xz/lzma; none: as it is; auto: by the URL path's ending (.gz, "
-        ".xz); an archive's own compression is detected from its bytes",
-    )
-
-    @field_validator("sha256")
-    @classmethod
-    def _lower(cls, value: str | None) -> str | None:
-        return value.lower() if value else value
-
-    def key(self) -> str:
-        return self.sha256 or hashlib.sha256(self.url.encode("utf-8")).hexdigest()
-
-    def cached_name(self) -> str:
-        """The key, with ``.gz`` or ``.xz`` when the file is compressed so (the suffix is what
-        makes the readers decompress it)."""
-        kind = self.compression
-        if kind == "auto":
-            path = urlsplit(self.url).path
-            kind = "gz" if path.endswith(".gz") else "xz" if path.endswith(".xz") else "none"
-        return self.key() + ("" if kind == "none" else f".{kind}")
 
 
 def default_cache() -> Path:
