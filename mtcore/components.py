@@ -96,9 +96,9 @@ def component_specs(
     return tuple(specs)
 
 
-def built(specs: tuple[ComponentSpec, ...], make: Callable[[], list[Any]], *extra: Any) -> Any:
-    """``make()`` (the chain's plugins) once per worker process for these specs and ``extra``."""
-    return worker_memo((specs, *extra), make)
+def built(specs: tuple[ComponentSpec, ...], make: Callable[[], list[Any]]) -> Any:
+    """``make()`` (the chain's plugins) once per worker process for these specs."""
+    return worker_memo(specs, make)
 
 
 def _frozen(values: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

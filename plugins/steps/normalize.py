@@ -136,7 +136,8 @@ def normalize_task(
 
     def rewrite(lines: list[str], side: int, lang: str, counts: Counter[str]) -> list[str]:
         for spec, plugin in zip(specs, chain, strict=True):
-            if _langs(spec) is not None and lang not in (_langs(spec) or ()):
+            only = _langs(spec)
+            if only is not None and lang not in only:
                 continue
             out = checked(
                 plugin.process(lines, lang), lines, f"processor {spec.label!r}", raw, side, lang
