@@ -189,12 +189,37 @@ class Augmenter(Plugin):
 
 
 class Metric(Plugin):
-    """Corpus score with a reproducibility signature."""
+    """Corpus score with a reproducibility signature. A metric that decomposes into
+    per-segment sufficient statistics (BLEU, as sacrebleu's base ``Metric`` does with
+    ``_extract_corpus_statistics`` and ``_compute_score_from_stats``) also implements
+    :meth:`segment_statistics` and :meth:`score_statistics`: a tuner or a reranker then scores
+    any selection of hypotheses by summing rows instead of re-scoring text."""
 
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Any:
         """``refs`` is a list of reference streams, each as long as ``hyps``. Returns a
         :class:`mtcore.metrics.Score`."""
         raise NotImplementedError
+
+    def segment_statistics(
+        self,
+        hyps: Sequence[str],
+        refs: Sequence[Sequence[str]],
+        lang: str,
+        of: Sequence[int] | None = None,
+    ) -> Any:
+        """A (hypotheses, k) numpy array of sufficient statistics: the column sums over any
+        selection of rows give that selection's corpus score through :meth:`score_statistics`.
+        Hypothesis ``i`` is scored against segment ``of[i]`` of every reference stream (an
+        n-best list scores several hypotheses against one segment); by default segment ``i``."""
+        raise PluginError(
+            f"metric {self.name!r} has no segment statistics (its corpus score is not a sum "
+            "over segments); choose one that has, such as bleu"
+        )
+
+    def score_statistics(self, stats: Any, sentence: bool = False) -> Any:
+        """The score of each row of ``stats`` (2-D: summed statistics, one selection a row);
+        ``sentence`` gives the metric's sentence-level form (BLEU: effective order)."""
+        raise PluginError(f"metric {self.name!r} has no segment statistics")
 
 
 class Model(Plugin):

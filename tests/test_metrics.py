@@ -17,7 +17,7 @@ import sacrebleu
 from mtcore.errors import DataError, PluginError, RecipeError
 from mtcore.recipe import build_recipe
 from mtcore_plugins.metrics.comet import CometConfig, CometMetric, comet_installed
-from mtcore_plugins.metrics.sentence_bleu import bleu_from_stats, segment_stats, sentence_bleu
+from mtcore_plugins.metrics.sentence_bleu import sentence_bleu
 
 from .conftest import SHARED
 
@@ -101,17 +101,41 @@ def test_sentence_bleu_equals_sacrebleu_per_segment():
 
 
 def test_summed_segment_statistics_give_corpus_bleu(registry):
-    """What MERT relies on: corpus BLEU of any selection is BLEU of its summed rows."""
+    """What MERT relies on: corpus BLEU of any selection is the metric's score of its summed
+    segment statistics, for a real system's unsegmented Japanese."""
     hyps, ref = wmt22("en-ja", "hyp", "NT5", 200), wmt22("en-ja", "ref", "A", 200)
-    stats = segment_stats(hyps, [ref], "ja", tokenize="wmt")
+    bleu = metric(registry, "bleu", tokenize="wmt")
+    stats = bleu.segment_statistics(hyps, [ref], "ja")
     assert stats.shape == (200, 10) and stats.dtype == np.int64
-    whole = metric(registry, "bleu", tokenize="wmt").corpus_score(hyps, [ref], "ja").score
-    assert bleu_from_stats(stats.sum(axis=0)) == pytest.approx(whole, abs=1e-4)
+    whole = bleu.corpus_score(hyps, [ref], "ja").score
+    assert bleu.score_statistics(stats.sum(axis=0)[None])[0] == pytest.approx(whole, abs=1e-4)
     chosen = np.arange(0, 200, 3)  # an arbitrary selection of segments
-    subset = metric(registry, "bleu", tokenize="wmt").corpus_score(
-        [hyps[i] for i in chosen], [[ref[i] for i in chosen]], "ja"
+    subset = bleu.corpus_score([hyps[i] for i in chosen], [[ref[i] for i in chosen]], "ja")
+    assert bleu.score_statistics(stats[chosen].sum(axis=0)[None])[0] == pytest.approx(
+        subset.score, abs=1e-4
     )
-    assert bleu_from_stats(stats[chosen].sum(axis=0)) == pytest.approx(subset.score, abs=1e-4)
+    # floor smoothing goes through sacrebleu's own arithmetic, not the compiled exp path
+    floor = metric(registry, "bleu", tokenize="wmt", smooth_method="floor")
+    expected = floor.corpus_score(hyps[:5], [ref[:5]], "ja").score
+    assert floor.score_statistics(stats[:5].sum(axis=0)[None])[0] == pytest.approx(expected, 1e-4)
+
+
+def test_segment_statistics_of_an_nbest_read_one_reference_segment_each(registry):
+    """Several hypotheses of one sentence are scored against that sentence's reference: the
+    same rows as scoring each against a repeated reference."""
+    hyps, ref = wmt22("ja-en", "hyp", "NT5", 20), wmt22("ja-en", "ref", "A", 20)
+    bleu = metric(registry, "bleu")
+    texts = [h for h in hyps for _ in range(3)]
+    of = [s for s in range(20) for _ in range(3)]
+    repeated = bleu.segment_statistics(texts, [[r for r in ref for _ in range(3)]], "en")
+    assert (bleu.segment_statistics(texts, [ref], "en", of) == repeated).all()
+    with pytest.raises(DataError, match="each hypothesis needs a reference segment"):
+        bleu.segment_statistics(texts, [ref], "en", [25] * len(texts))
+
+
+def test_a_metric_without_statistics_says_so(registry):
+    with pytest.raises(PluginError, match="metric 'chrf' has no segment statistics"):
+        metric(registry, "chrf").segment_statistics(["a"], [["a"]], "en")
 
 
 def test_sentence_bleu_metric_reports_the_mean(registry):

@@ -18,16 +18,10 @@ from mtcore.corpus import CorpusWriter
 from mtcore.errors import DataError, PluginError, StepError
 from mtcore.registry import load_registry
 from mtcore.step import Artifact, StepContext
-from mtcore_plugins.common.bleu import (
-    best_rows,
-    bleu_of_choice,
-    corpus_bleu,
-    hypothesis_stats,
-    sentence_bleu,
-)
 from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
 from mtcore_plugins.executors.local import LocalExecutor
 from mtcore_plugins.steps.rerank import RerankConfig, RerankStep
+from mtcore_plugins.tuners._problem import Problem, best_rows
 from mtcore_plugins.tuners.mert import line_search
 
 from .conftest import ENJA, SHARED, tiny_bert
@@ -36,6 +30,31 @@ pytestmark = pytest.mark.skipif(not ENJA.is_dir(), reason=f"real data not found 
 IWSLT = SHARED / "zh-ja" / "didi+iwslt2020_open_domain_translation" / "eval" / "data"
 TRUTH = np.array([0.9, 0.2, 0.6, 0.4])  # the known best weights of the synthetic n-best
 FEATURES = ["a", "b", "c", "d"]
+
+
+def bleu(tokenize: str = "auto") -> Any:
+    return load_registry().load("metrics", "bleu").from_dict({"tokenize": tokenize})
+
+
+def hypothesis_stats(
+    texts: list[list[str]], refs: list[list[str]], tokenize: str, lang: str
+) -> np.ndarray:
+    """The bleu metric's statistics of every hypothesis of sentence ``s`` (``texts[s]``)."""
+    flat = [text for hyps in texts for text in hyps]
+    of = [s for s, hyps in enumerate(texts) for _ in hyps]
+    return np.asarray(bleu(tokenize).segment_statistics(flat, refs, lang, of))
+
+
+def corpus_bleu(summed: np.ndarray) -> float:
+    return float(bleu().score_statistics(np.asarray(summed)[None])[0])
+
+
+def sentence_bleu(stats: np.ndarray) -> np.ndarray:
+    return np.asarray(bleu().score_statistics(stats, sentence=True))
+
+
+def bleu_of_choice(stats: np.ndarray, rows: np.ndarray) -> float:
+    return corpus_bleu(stats[rows].sum(axis=0))
 
 
 def real_lines(split: str, lang: str, n: int, start: int = 0) -> list[str]:
@@ -133,9 +152,10 @@ def test_line_search_finds_the_best_interval(hard: dict[str, Any]) -> None:
     it returns reaches the BLEU it reports."""
     rng = np.random.default_rng(3)
     X, offsets, stats = hard["X"], hard["offsets"], hard["stats"].astype(np.float64)
+    problem = Problem(FEATURES, X, offsets, hard["stats"], bleu("13a"))
     for _ in range(3):
         w, d = rng.uniform(0, 1, 4), rng.standard_normal(4)
-        best, step = line_search(X @ w, X @ d, offsets, stats, -2.0, 2.0)
+        best, step = line_search(problem, X @ w, X @ d, stats, -2.0, 2.0)
         grid = [
             bleu_of_choice(hard["stats"], best_rows(X @ (w + g * d), offsets))
             for g in np.linspace(-2.0, 2.0, 801)

@@ -1,41 +1,17 @@
-"""Sentence BLEU, and the per-segment BLEU statistics that corpus BLEU is summed from.
-
-Rerankers and tuners need BLEU per hypothesis: Xiaomi §3.4 labels RankSVM pairs by the order of
-their sentence-level BLEU; MERT (NT5 §5.1, eq. 2) maximizes corpus BLEU over many candidate
-selections, which is cheap from per-segment statistics: corpus BLEU of any selection is
-:func:`bleu_from_stats` of the sum of the selected rows of :func:`segment_stats`.
-
-Scores equal sacrebleu's own (``sentence_bleu``: exp smoothing, effective order; corpus BLEU
-from summed statistics), with the tokenizers of the ``bleu`` metric.
-"""
+"""Sentence BLEU: sacrebleu's ``sentence_bleu`` of every segment (exp smoothing, effective
+order), from the ``bleu`` metric's segment statistics (Xiaomi §3.4 labels RankSVM pairs by the
+order of their sentence-level BLEU). The plugin's corpus score is the mean over segments."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
 
-import numpy as np
 from pydantic import Field
 
 from mtcore.errors import DataError
 from mtcore.metrics import Score
 from mtcore.plugin import Metric, PluginConfig
-from mtcore_plugins.metrics.bleu import Tokenizer, auto_tokenizer
-
-MAX_ORDER = 4
-SmoothMethod = Literal["exp", "floor", "add-k", "none"]
-
-
-def _bleu(tokenize: str, lang: str, lowercase: bool, smooth: str, effective: bool) -> Any:
-    from sacrebleu.metrics import BLEU
-
-    return BLEU(
-        tokenize=auto_tokenizer(tokenize, lang),
-        lowercase=lowercase,
-        smooth_method=smooth,
-        effective_order=effective,
-        force=True,  # single segments ending in " ." are not a sign of tokenized input
-    )
+from mtcore_plugins.metrics.bleu import BleuConfig, BleuMetric, Tokenizer
 
 
 def _check(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
@@ -49,50 +25,6 @@ def _check(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
             )
 
 
-def segment_stats(
-    hyps: Sequence[str],
-    refs: Sequence[Sequence[str]],
-    lang: str,
-    tokenize: str = "auto",
-    lowercase: bool = False,
-) -> np.ndarray:
-    """One row per hypothesis: ``[hyp_len, ref_len, correct_1..4, total_1..4]`` (int64), the
-    sufficient statistics of BLEU. ``refs`` is a list of reference streams."""
-    return _stats(_bleu(tokenize, lang, lowercase, "exp", False), hyps, refs)
-
-
-def _stats(metric: Any, hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> np.ndarray:
-    _check(hyps, refs)
-    if not hyps:
-        return np.zeros((0, 2 + 2 * MAX_ORDER), dtype=np.int64)
-    # sacrebleu's per-segment statistics (pinned 2.5.1): the same code path as corpus_score.
-    rows = metric._extract_corpus_statistics(list(hyps), [list(r) for r in refs])
-    return np.asarray(rows, dtype=np.int64)
-
-
-def bleu_from_stats(
-    stats: np.ndarray | Sequence[int],
-    smooth_method: SmoothMethod = "exp",
-    effective_order: bool = False,
-) -> float:
-    """BLEU (0-100) from statistics summed over a selection of segments (one row of
-    :func:`segment_stats` gives that segment's sentence BLEU)."""
-    from sacrebleu.metrics import BLEU
-
-    row = np.asarray(stats, dtype=np.int64)
-    if row.shape != (2 + 2 * MAX_ORDER,):
-        raise ValueError(f"BLEU statistics have {2 + 2 * MAX_ORDER} numbers, got {row.shape}")
-    score = BLEU.compute_bleu(
-        correct=[int(x) for x in row[2 : 2 + MAX_ORDER]],
-        total=[int(x) for x in row[2 + MAX_ORDER :]],
-        sys_len=int(row[0]),
-        ref_len=int(row[1]),
-        smooth_method=smooth_method,
-        effective_order=effective_order,
-    )
-    return float(score.score)
-
-
 def sentence_bleu(
     hyps: Sequence[str],
     refs: Sequence[Sequence[str]],
@@ -101,8 +33,10 @@ def sentence_bleu(
     lowercase: bool = False,
 ) -> list[float]:
     """sacrebleu's sentence BLEU of every hypothesis (exp smoothing, effective order)."""
-    rows = segment_stats(hyps, refs, lang, tokenize, lowercase)
-    return [bleu_from_stats(row, "exp", effective_order=True) for row in rows]
+    _check(hyps, refs)
+    bleu = BleuMetric(BleuConfig(tokenize=tokenize, lowercase=lowercase))  # type: ignore[arg-type]
+    scores = bleu.score_statistics(bleu.segment_statistics(hyps, refs, lang), sentence=True)
+    return [float(s) for s in scores]
 
 
 class SentenceBleuConfig(PluginConfig):
@@ -125,10 +59,12 @@ class SentenceBleuMetric(Metric):
         return sentence_bleu(hyps, refs, lang, self.config.tokenize, self.config.lowercase)
 
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:
-        metric = _bleu(self.config.tokenize, lang, self.config.lowercase, "exp", True)
-        rows = _stats(metric, hyps, refs)  # also tells the metric its reference count
-        scores = [bleu_from_stats(row, "exp", effective_order=True) for row in rows]
+        scores = self.segment_scores(hyps, refs, lang)
         mean = sum(scores) / len(scores) if scores else 0.0
+        config = BleuConfig(tokenize=self.config.tokenize, lowercase=self.config.lowercase)
+        metric = BleuMetric(config).sacrebleu(lang, sentence=True)
+        counts = {sum(x is not None for x in segment) for segment in zip(*refs, strict=True)}
+        metric.num_refs = counts.pop() if len(counts) == 1 else -1  # as sacrebleu counts them
         return Score(
             "sentBLEU", round(mean, 4), str(metric.get_signature()), {"segments": len(scores)}
         )

@@ -28,7 +28,7 @@ from pydantic import Field, field_validator
 
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError, PluginError, StepError
-from mtcore.plugin import PluginConfig, Tuner, components
+from mtcore.plugin import Metric, PluginConfig, Tuner, components
 from mtcore.recipe import check_components
 from mtcore.registry import Registry
 from mtcore.step import Step, StepContext, write_artifact_meta
@@ -138,7 +138,7 @@ class RerankStep(Step):
         self._write(ctx, entries, weights, tgt)
         report = {"weights": weights, "features": weigh}
         if dev is not None:
-            report["dev_bleu"] = dev_report(dev_entries, dev[1], weights, tgt)
+            report["dev_bleu"] = dev_report(ctx.registry, dev_entries, dev[1], weights, tgt)
             ctx.metrics["dev_bleu"] = report["dev_bleu"]
         if config.weights is None:
             report["tuner"] = _tuner_name(config.tuner)
@@ -228,23 +228,27 @@ def choose(entry: Entry, weights: dict[str, float]) -> int:
 
 
 def dev_report(
-    entries: list[Entry], refs: list[str], weights: dict[str, float], tgt: str
+    registry: Registry,
+    entries: list[Entry],
+    refs: list[str],
+    weights: dict[str, float],
+    tgt: str,
 ) -> dict[str, float]:
-    """Dev BLEU of the decoder's 1-best, of the reranked choice and of the oracle (the best
-    sentence BLEU of each list)."""
-    from mtcore_plugins.common.bleu import bleu_of_choice, hypothesis_stats, sentence_bleu
-
-    stats = hypothesis_stats([[t for t, _ in e.hyps] for e in entries], [refs], "auto", tgt)
+    """Dev BLEU (the ``bleu`` metric plugin's, from its segment statistics) of the decoder's
+    1-best, of the reranked choice and of the oracle (the best sentence BLEU of each list)."""
+    bleu = registry.load("metrics", "bleu").from_dict({})
+    assert isinstance(bleu, Metric)
+    texts = [text for e in entries for text, _ in e.hyps]
+    of = [s for s, e in enumerate(entries) for _ in e.hyps]
+    stats = np.asarray(bleu.segment_statistics(texts, [refs], tgt, of))
     offsets = np.cumsum([0] + [len(e.hyps) for e in entries])
     first = offsets[:-1]
     chosen = first + np.array([choose(e, weights) for e in entries], dtype=np.int64)
-    sentence = sentence_bleu(stats)
+    sentence = bleu.score_statistics(stats, sentence=True)
     oracle = np.array([a + int(np.argmax(sentence[a:b])) for a, b in itertools.pairwise(offsets)])
-    return {
-        "first": round(bleu_of_choice(stats, first), 4),
-        "reranked": round(bleu_of_choice(stats, chosen), 4),
-        "oracle_sentence_bleu": round(bleu_of_choice(stats, oracle), 4),
-    }
+    summed = np.stack([stats[rows].sum(axis=0) for rows in (first, chosen, oracle)])
+    scores = [round(float(x), 4) for x in bleu.score_statistics(summed)]
+    return dict(zip(("first", "reranked", "oracle_sentence_bleu"), scores, strict=True))
 
 
 def _tuner_name(entry: str | dict[str, Any]) -> str:

@@ -1,18 +1,21 @@
 """A dev n-best as arrays for the tuners: features ``X`` (hypotheses x features), sentence
-offsets and BLEU statistics per hypothesis; and the settings every tuner shares."""
+offsets and BLEU statistics per hypothesis, taken from the ``bleu`` metric plugin (its
+segment statistics, summed over a choice of hypotheses, give that choice's corpus BLEU); and
+the settings every tuner shares."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+import numba
 import numpy as np
 from pydantic import Field
 
 from mtcore.errors import PluginError
-from mtcore.plugin import NBest, PluginConfig
-from mtcore_plugins.common.bleu import hypothesis_stats
+from mtcore.plugin import Metric, NBest, PluginConfig
+from mtcore.registry import load_registry
 
 Tokenize = Literal["auto", "13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"]
 
@@ -31,10 +34,44 @@ class Problem:
     X: np.ndarray
     offsets: np.ndarray
     stats: np.ndarray
+    metric: Metric
 
     @property
     def sentences(self) -> int:
         return len(self.offsets) - 1
+
+    def score_rows(self, summed: np.ndarray, sentence: bool = False) -> np.ndarray:
+        """The metric's score of each row of summed statistics."""
+        return np.asarray(self.metric.score_statistics(summed, sentence=sentence))
+
+    def score_choice(self, rows: np.ndarray) -> float:
+        """Corpus BLEU when sentence ``s`` outputs hypothesis ``rows[s]``."""
+        return float(self.score_rows(self.stats[rows].sum(axis=0)[None])[0])
+
+    def score_weights(self, w: np.ndarray) -> float:
+        """Corpus BLEU of the hypotheses that weights ``w`` pick."""
+        return self.score_choice(best_rows(self.X @ w, self.offsets))
+
+
+@numba.njit(cache=True)
+def best_rows(scores: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Index of the highest score of each sentence (the first of equal ones)."""
+    out = np.empty(len(offsets) - 1, dtype=np.int64)
+    for s in range(len(offsets) - 1):
+        best = offsets[s]
+        for h in range(offsets[s] + 1, offsets[s + 1]):
+            if scores[h] > scores[best]:
+                best = h
+        out[s] = best
+    return out
+
+
+def bleu_metric(config: TunerConfig) -> Metric:
+    """The ``bleu`` metric plugin with the tuner's tokenizer and case setting."""
+    settings: dict[str, Any] = {"tokenize": config.tokenize, "lowercase": config.lowercase}
+    metric = load_registry().load("metrics", "bleu").from_dict(settings)
+    assert isinstance(metric, Metric)
+    return metric
 
 
 def make_problem(
@@ -71,13 +108,15 @@ def make_problem(
                 )
             rows.append([float(scores[f]) for f in features])
         offsets.append(len(rows))
-    texts = [[text for text, _ in hyps] for hyps in nbest]
-    stats = hypothesis_stats(texts, refs, config.tokenize, lang, config.lowercase)
+    texts = [text for hyps in nbest for text, _ in hyps]
+    of = [s for s, hyps in enumerate(nbest) for _ in hyps]
+    metric = bleu_metric(config)
     return Problem(
         list(features),
         np.asarray(rows, dtype=np.float64).reshape(-1, len(features)),
         np.asarray(offsets, dtype=np.int64),
-        stats,
+        np.asarray(metric.segment_statistics(texts, refs, lang, of)),
+        metric,
     )
 
 

@@ -21,7 +21,6 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.plugin import NBest, Tuner
-from mtcore_plugins.common.bleu import WIDTH, corpus_bleu
 from mtcore_plugins.tuners._problem import Problem, TunerConfig, as_weights, make_problem
 
 
@@ -88,7 +87,7 @@ def climb(
             low, high = step_bounds(w, d, config.low, config.high)
             if high - low <= 1e-12:
                 continue
-            bleu, g = line_search(problem.X @ w, problem.X @ d, problem.offsets, stats, low, high)
+            bleu, g = line_search(problem, problem.X @ w, problem.X @ d, stats, low, high)
             if bleu > found:
                 found, step, where = bleu, g, d
         if found <= current + config.min_gain:
@@ -99,9 +98,7 @@ def climb(
 
 
 def score_at(problem: Problem, w: np.ndarray) -> float:
-    from mtcore_plugins.common.bleu import best_rows, bleu_of_choice
-
-    return bleu_of_choice(problem.stats, best_rows(problem.X @ w, problem.offsets))
+    return problem.score_weights(w)
 
 
 def step_bounds(w: np.ndarray, d: np.ndarray, low: float, high: float) -> tuple[float, float]:
@@ -115,17 +112,29 @@ def step_bounds(w: np.ndarray, d: np.ndarray, low: float, high: float) -> tuple[
     return float(lo), float(hi)
 
 
-@numba.njit(cache=True)
 def line_search(
-    a: np.ndarray, b: np.ndarray, offsets: np.ndarray, stats: np.ndarray, lo: float, hi: float
+    problem: Problem, a: np.ndarray, b: np.ndarray, stats: np.ndarray, lo: float, hi: float
 ) -> tuple[float, float]:
     """(best corpus BLEU, the middle of its interval) over ``g`` in [lo, hi], hypothesis h
-    scoring ``a[h] + g * b[h]``."""
-    count = len(a)
+    scoring ``a[h] + g * b[h]``: the metric scores the summed statistics of every interval."""
+    summed, starts = intervals(a, b, problem.offsets, stats, lo, hi)
+    scores = problem.score_rows(summed)
+    best = int(np.argmax(scores))  # the first of equal ones, the leftmost interval
+    right = starts[best + 1] if best + 1 < len(starts) else hi
+    return float(scores[best]), 0.5 * (starts[best] + right)
+
+
+@numba.njit(cache=True)
+def intervals(
+    a: np.ndarray, b: np.ndarray, offsets: np.ndarray, stats: np.ndarray, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(summed statistics of the chosen hypotheses, start) of each interval of ``g`` in
+    [lo, hi] over which no sentence's best hypothesis changes, left to right."""
+    count, width = len(a), stats.shape[1]
     at = np.empty(count)
-    delta = np.zeros((count, WIDTH))
+    delta = np.zeros((count, width))
     events = 0
-    base = np.zeros(WIDTH)
+    base = np.zeros(width)
     for s in range(len(offsets) - 1):
         start, end = offsets[s], offsets[s + 1]
         # The best at lo; of equal ones the steepest, which stays best to the right.
@@ -151,16 +160,16 @@ def line_search(
             events += 1
             cur, g = nxt, gx
     order = np.argsort(at[:events], kind="mergesort")
+    summed = np.empty((events + 1, width))
+    starts = np.empty(events + 1)
+    summed[0], starts[0] = base, lo
     current = base.copy()
-    best = corpus_bleu(current)
-    left, right = lo, at[order[0]] if events else hi
-    i = 0
+    n, i = 1, 0
     while i < events:
         g = at[order[i]]
         while i < events and at[order[i]] == g:
             current += delta[order[i]]
             i += 1
-        bleu = corpus_bleu(current)
-        if bleu > best:
-            best, left, right = bleu, g, (at[order[i]] if i < events else hi)
-    return best, 0.5 * (left + right)
+        summed[n], starts[n] = current, g
+        n += 1
+    return summed[:n], starts[:n]

@@ -11,7 +11,6 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.plugin import NBest, Tuner
-from mtcore_plugins.common.bleu import best_rows, bleu_of_choice
 from mtcore_plugins.tuners._problem import TunerConfig, as_weights, make_problem
 
 
@@ -44,7 +43,7 @@ class RandomSearchTuner(Tuner):
         best_w, self.bleu = np.ones(dims), -1.0
         for trial in range(config.trials):
             w = np.ones(dims) if trial == 0 else rng.uniform(config.low, config.high, dims)
-            bleu = bleu_of_choice(problem.stats, best_rows(problem.X @ w, problem.offsets))
+            bleu = problem.score_weights(w)
             if bleu > self.bleu:
                 best_w, self.bleu = w, bleu
         return as_weights(problem.features, best_w)

@@ -19,7 +19,6 @@ from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import NBest, Tuner
-from mtcore_plugins.common.bleu import sentence_bleu
 from mtcore_plugins.tuners._problem import Problem, TunerConfig, as_weights, make_problem
 
 
@@ -70,7 +69,7 @@ def pairs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Feature differences of hypothesis pairs and +1/-1 labels, half of them flipped so that
     both classes are present."""
-    bleu = sentence_bleu(problem.stats)
+    bleu = problem.score_rows(problem.stats, sentence=True)
     rows: list[tuple[int, int]] = []
     for s in range(problem.sentences):
         start, end = int(problem.offsets[s]), int(problem.offsets[s + 1])
