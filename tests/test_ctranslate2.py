@@ -268,7 +268,7 @@ def test_denoise_scores_equal_fairseq(setup: dict[str, Path], noisy: str) -> Non
         plugin = registry.load("filters", "denoise").from_dict({"backend": backend})
         plugin.setup(("en", "ja"), resources)
         found[backend] = plugin.score(pairs)
-    assert type(plugin._ct2("clean")).__name__ == "Ct2ForceDecoder"
+    assert type(plugin._decoder("clean")).__name__ == "Ct2ForceDecoder"
     assert found["ctranslate2"][:-2] == pytest.approx(found["fairseq"][:-2], abs=1e-4)
     assert found["fairseq"][-2] != found["fairseq"][-2]  # NaN
     assert found["ctranslate2"][-2] != found["ctranslate2"][-2]
@@ -281,6 +281,7 @@ def test_denoise_scores_equal_fairseq(setup: dict[str, Path], noisy: str) -> Non
     auto = registry.load("filters", "denoise").from_dict({"backend": "auto"})
     auto.setup(("en", "ja"), b2t)
     assert auto.score(pairs[:2]) == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert type(auto._decoder("clean")).__name__ == "ForceDecoder"  # the shared fairseq one
 
 
 def test_killed_translation_resumes_its_finished_shards(

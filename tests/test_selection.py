@@ -574,23 +574,28 @@ def test_denoise_force_decoding_is_exact(registry: Any, nmt: dict[str, Any]) -> 
     the same model on both sides scores exactly 0."""
     import torch
 
-    from mtcore_plugins.filters import _nmt
-
     pairs = nmt["trusted"][:12] + [("", ""), ("hello .", "")]  # empty sides: EOS only
     batched = denoise(registry, nmt, nmt["clean_model"], batch_size=64)
     single = denoise(registry, nmt, nmt["clean_model"], batch_size=1)
     many, _ = batched.log_probs("clean", pairs)
     one, _ = single.log_probs("clean", pairs)
     assert many == pytest.approx(one, abs=1e-4)
-    translator = _nmt.translator(nmt["clean_model"], nmt["spm"], "en", "ja", 1)
-    model = translator.models[0]
-    src = _nmt.encode(translator, [pairs[0][0]], "src")[0]
-    tgt = _nmt.encode(translator, [pairs[0][1]], "tgt")[0]
+    ensemble = batched._decoder("clean").ensemble
+    model = ensemble.models[0]
+    src = ensemble.src_dict.encode_line(
+        " ".join(ensemble.spm.encode(pairs[0][0], out_type=str)), add_if_not_exist=False
+    ).long()
+    tgt = ensemble.tgt_dict.encode_line(
+        " ".join(ensemble.spm.encode(pairs[0][1], out_type=str)), add_if_not_exist=False
+    ).long()
     prev = torch.cat([tgt[-1:], tgt[:-1]])[None]
     with torch.inference_mode():
         out = model(src[None], torch.tensor([len(src)]), prev)
         lprobs = model.get_normalized_probs(out, log_probs=True)[0]
     assert many[0] == pytest.approx(float(lprobs.gather(1, tgt[:, None]).sum()), abs=1e-4)
+    # longer than the model's positions: NaN, not a score of the part the model reads
+    overlong, _ = batched.log_probs("clean", [("hello . " * 2000, "x")])
+    assert np.isnan(overlong[0])
     same = denoise(registry, nmt, nmt["noisy_model"])
     assert np.array(same.score(pairs)) == pytest.approx(0.0, abs=1e-9)
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from mtcore.errors import PluginError
 from mtcore_plugins.common.ct2_convert import limits
+from mtcore_plugins.common.force_decode import fits
 from mtcore_plugins.common.spm import load_spm
 
 
@@ -48,7 +49,7 @@ class Ct2ForceDecoder:
         rows = [
             i
             for i, (a, b) in enumerate(zip(src, tgt, strict=True))
-            if overlong is None or (_fits(a, self.max_source) and _fits(b, self.max_target))
+            if overlong is None or (fits(a, self.max_source) and fits(b, self.max_target))
         ]
         src = [_cut(p, self.max_source) for p in src]
         tgt = [_cut(p, self.max_target) for p in tgt]
@@ -72,13 +73,9 @@ class Ct2ForceDecoder:
         return sums, counts
 
 
-def _fits(pieces: list[str], limit: int | None) -> bool:
-    return limit is None or len(pieces) + 1 <= limit
-
-
 def _cut(pieces: list[str], limit: int | None) -> list[str]:
     """The pieces a model of ``limit`` positions reads (EOS takes the last position)."""
-    return pieces if limit is None or _fits(pieces, limit) else pieces[: limit - 1]
+    return pieces if limit is None or fits(pieces, limit) else pieces[: limit - 1]
 
 
 def ct2_force_decoder(

@@ -21,22 +21,48 @@ from mtcore_plugins.common.decoding import Ensemble
 
 class ForceDecoder:
     """``score(sources, targets)`` -> (summed natural-log probability, target tokens with
-    EOS) per pair. Batches hold at most ``max_tokens`` padded target tokens."""
+    EOS) per pair. Batches hold at most ``max_tokens`` padded target tokens and, where
+    ``max_sentences`` is set, at most that many pairs. The one fairseq force decoder: the
+    rerank scorers and the denoise filter both score through it."""
 
-    def __init__(self, ensemble: Ensemble, max_tokens: int = 4096) -> None:
+    def __init__(
+        self, ensemble: Ensemble, max_tokens: int = 4096, max_sentences: int | None = None
+    ) -> None:
         self.ensemble = ensemble
         self.max_tokens = max_tokens
+        self.max_sentences = max_sentences
 
-    def score(self, sources: Sequence[str], targets: Sequence[str]) -> tuple[Any, Any]:
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], overlong: float | None = None
+    ) -> tuple[Any, Any]:
+        """A side longer than the models' positions is scored on the part the models can read;
+        with ``overlong`` set, such a pair is not scored but gets that value (the denoise
+        filter's NaN: a truncated target would be scored on part of the sentence)."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
         e = self.ensemble
         unique = list(dict.fromkeys(sources))
         row_of = {text: row for row, text in enumerate(unique)}
-        src_ids = [self._ids(p, e.src_dict, e.max_source, False) for p in self._pieces(unique)]
+        source_of = [row_of[text] for text in sources]
+        src_pieces, tgt_pieces = self._pieces(unique), self._pieces(targets)
+        src_ids = [self._ids(p, e.src_dict, e.max_source, False) for p in src_pieces]
         reverse = e.direction == "r2l"
-        tgt_ids = [self._ids(p, e.tgt_dict, e.max_target, reverse) for p in self._pieces(targets)]
-        return self.score_ids(src_ids, tgt_ids, [row_of[text] for text in sources])
+        tgt_ids = [self._ids(p, e.tgt_dict, e.max_target, reverse) for p in tgt_pieces]
+        if overlong is None:
+            return self.score_ids(src_ids, tgt_ids, source_of)
+        rows = [
+            i
+            for i, row in enumerate(source_of)
+            if fits(src_pieces[row], e.max_source) and fits(tgt_pieces[i], e.max_target)
+        ]
+        sums = np.full(len(targets), overlong, dtype=np.float64)
+        counts = np.array([len(t) for t in tgt_ids], dtype=np.int64)
+        if rows:
+            scored, _ = self.score_ids(
+                src_ids, [tgt_ids[i] for i in rows], [source_of[i] for i in rows]
+            )
+            sums[rows] = scored
+        return sums, counts
 
     def score_ids(
         self, src_ids: list[Any], tgt_ids: list[Any], source_of: list[int] | None = None
@@ -77,7 +103,8 @@ class ForceDecoder:
     def _batches(
         self, src_ids: list[Any], tgt_ids: list[Any], of_source: list[list[int]]
     ) -> Iterator[list[int]]:
-        """Distinct sources, shortest first, grouped while their targets fit ``max_tokens``."""
+        """Distinct sources, shortest first, grouped while their targets fit ``max_tokens``
+        (and ``max_sentences``)."""
         order = sorted(
             (r for r in range(len(src_ids)) if of_source[r]), key=lambda r: (len(src_ids[r]), r)
         )
@@ -87,7 +114,8 @@ class ForceDecoder:
             mine = of_source[row]
             widest = max(len(tgt_ids[i]) for i in mine)
             grown = max(longest, widest) * (pairs + len(mine))
-            if batch and grown > self.max_tokens:
+            full = self.max_sentences is not None and pairs + len(mine) > self.max_sentences
+            if batch and (grown > self.max_tokens or full):
                 yield batch
                 batch, pairs, longest = [], 0, 0
             batch.append(row)
@@ -126,6 +154,11 @@ class ForceDecoder:
         mixed = picked[0] if len(picked) == 1 else torch.logsumexp(torch.stack(picked), dim=0)
         mixed = mixed.masked_fill(target.eq(pad), 0.0)
         return mixed.sum(dim=1).double().cpu().numpy()
+
+
+def fits(pieces: list[str], limit: int | None) -> bool:
+    """Whether the pieces and EOS fit in ``limit`` positions."""
+    return limit is None or len(pieces) + 1 <= limit
 
 
 def token_log_probs(model: Any, output: Any, target: Any) -> Any:

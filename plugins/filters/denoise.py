@@ -8,8 +8,9 @@ means higher quality": the fine-tuning raised the pair's probability. Data rejuv
 (HW-TSC §3.5) drops the lowest 10-20 % by this score and continues training on the rest (see
 docs/selection.md).
 
-Each pair is force-decoded by both models in-process (fairseq's ``SequenceScorer``, batched by
-length, models loaded once per worker), or with ``backend: ctranslate2`` by CTranslate2's
+Each pair is force-decoded by both models in-process (the shared fairseq force decoder of the
+rerank scorers, ``common/force_decode.py``: batched by length, each distinct source encoded
+once, models loaded once per worker), or with ``backend: ctranslate2`` by CTranslate2's
 ``score_batch`` on the converted models (``auto``: where both convert, else fairseq with the
 reason logged; docs/decoding.md). ``|y|`` counts the target's SentencePiece tokens plus
 the end-of-sentence token, the positions the model predicts; log is natural. A pair longer than
@@ -51,13 +52,17 @@ class DenoiseConfig(PluginConfig):
         "`keep: {top_fraction: 0.85}` or a select step)",
     )
     batch_size: int = Field(
-        64, ge=1, le=100_000, description="pairs per forward pass", json_schema_extra=NOT_IDENTITY
+        64,
+        ge=1,
+        le=100_000,
+        description="pairs per forward pass (fairseq backend)",
+        json_schema_extra=NOT_IDENTITY,
     )
     max_tokens: int = Field(
         8192,
         ge=16,
         le=10_000_000,
-        description="source + target tokens per forward pass",
+        description="padded target tokens per forward pass",
         json_schema_extra=NOT_IDENTITY,
     )
     threads: int = Field(
@@ -126,38 +131,45 @@ class DenoiseFilter(Filter):
                     f"({difference}); fine-tune the clean model from the noisy one (train `init`)"
                 )
 
-    def _ct2(self, role: str) -> Any:
-        """The CTranslate2 force decoder of ``role``'s model, or None for fairseq (built once
-        per worker)."""
+    def _decoder(self, role: str) -> Any:
+        """The force decoder of ``role``'s model, built once per worker: CTranslate2's where
+        the backend asks for it and the model converts, else the shared fairseq one."""
         config = self.config
         assert isinstance(config, DenoiseConfig)
         decoders = self._decoders
         if role not in decoders:
             from mtcore.step import Artifact
-            from mtcore_plugins.common.ct2_force import ct2_force_decoder
 
             members = {"model": Artifact.open(self.models[role])}
             where = f"filter {self.name!r} ({role})"
-            decoders[role] = ct2_force_decoder(
-                members, self.src, self.tgt, self.spm_dir, config, where, config.threads
-            )
+            decoder = None
+            if config.backend != "fairseq":
+                from mtcore_plugins.common.ct2_force import ct2_force_decoder
+
+                decoder = ct2_force_decoder(
+                    members, self.src, self.tgt, self.spm_dir, config, where, config.threads
+                )
+            if decoder is None:
+                import torch
+
+                from mtcore_plugins.common.decoding import load_ensemble
+                from mtcore_plugins.common.force_decode import ForceDecoder
+
+                torch.set_num_threads(config.threads)
+                ensemble = load_ensemble(
+                    self.src, self.tgt, members, self.spm_dir, config.plugins, {}, where
+                )
+                decoder = ForceDecoder(ensemble, config.max_tokens, config.batch_size)
+            decoders[role] = decoder
         return decoders[role]
 
     def log_probs(self, role: str, batch: Sequence[Pair]) -> tuple[np.ndarray, np.ndarray]:
-        """(log P(y|x), |y|) of every pair under the model connected to ``role``."""
-        config = self.config
-        assert isinstance(config, DenoiseConfig)
+        """(log P(y|x), |y|) of every pair under the model connected to ``role``; NaN where a
+        side is longer than the model's positions."""
         s, t = self.langs.index(self.src), self.langs.index(self.tgt)
-        if config.backend != "fairseq" and (decoder := self._ct2(role)) is not None:
-            sums, counts = decoder.score([p[s] for p in batch], [p[t] for p in batch], np.nan)
-            return sums, counts.astype(np.float64)
-        folder = self.models[role]
-        translator = _nmt.translator(folder, self.spm_dir, self.src, self.tgt, config.threads)
-        reverse = _nmt.model_meta(folder, role, self.name).get("direction") == "r2l"
-        sources = _nmt.encode(translator, [p[s] for p in batch], "src")
-        targets = _nmt.encode(translator, [p[t] for p in batch], "tgt", reverse=reverse)
-        values = _nmt.log_probs(translator, sources, targets, config.batch_size, config.max_tokens)
-        return values, np.array([len(y) for y in targets], dtype=np.float64)
+        decoder = self._decoder(role)
+        sums, counts = decoder.score([p[s] for p in batch], [p[t] for p in batch], np.nan)
+        return np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)
 
     def score(self, batch: Sequence[Pair]) -> list[float]:
         if not batch:
