@@ -268,10 +268,12 @@ def test_adapter_sets_follow_the_direction(dictionary: Dictionary) -> None:
         "mtcore_yishu_12_6_adapters_tiny", dictionary, Task(dictionary, "ja", "en"), **settings
     )
     assert model.encoder.adapters.active == model.decoder.adapters.active == "ja_en"
-    model.set_adapter_direction("en-ja")
+    from mtcore_plugins.models.adapters import set_adapter_direction
+
+    set_adapter_direction(model, "en-ja")
     assert model.decoder.adapters.active == "en_ja"
     with pytest.raises(ValueError, match="en-ja, ja-en"):
-        model.set_adapter_direction("zh-en")
+        set_adapter_direction(model, "zh-en")
     with pytest.raises(ValueError, match="--adapter-direction"):
         build(
             "mtcore_yishu_12_6_adapters_tiny", dictionary, Task(dictionary, "zh", "en"), **settings
@@ -316,6 +318,89 @@ def test_dlcl_combines_layer_norms_of_all_previous_outputs() -> None:
     with torch.no_grad():
         history.weight[2] = torch.tensor([0.5, -1.0, 2.0])
     assert torch.allclose(history.combine(states), 0.5 * y[0] - norm[0] + 2.0 * norm[1], atol=1e-6)
+
+
+# --- the extension point: a family from outside mtcore -----------------------------------------
+
+SMALL = {
+    "encoder_embed_dim": 32, "decoder_embed_dim": 32, "encoder_ffn_embed_dim": 64,
+    "decoder_ffn_embed_dim": 64, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+    "encoder_layers": 2, "decoder_layers": 2,
+}  # fmt: skip
+
+
+def gain_extension() -> Any:
+    """A third party's family, written here without touching mtcore: a learned gain on every
+    layer's output (1 at initialisation), switched on by its own fairseq argument."""
+    from mtcore_plugins.common.model_extension import ModelExtension
+
+    class OutputGain(ModelExtension):
+        name = "test_output_gain"
+        args = {"output_gain": ({"action": "store_true", "help": "gain per layer"}, False)}
+
+        def active(self, args: Any) -> bool:
+            return bool(getattr(args, "output_gain", False))
+
+        def attach(self, side: str, stack: Any, cfg: Any) -> None:
+            stack.gains = torch.nn.Parameter(torch.ones(len(stack.layers)))
+
+        def after_layer(self, stack: Any, index: int, states: list[Any], x: Any) -> Any:
+            return x * stack.gains[index]
+
+    return OutputGain()
+
+
+def test_a_third_party_family_plugs_into_the_shared_transformer(
+    dictionary: Dictionary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19 point 5: registering an extension adds its argument, its parameters and its
+    hook to ``mtcore_transformer``; off, the model is unchanged."""
+    from mtcore_plugins.common import model_extension as extension
+    from mtcore_plugins.models.model import MtcoreTransformerModel
+
+    monkeypatch.setattr(extension, "EXTENSIONS", dict(extension.EXTENSIONS))
+    extension.register_extension(gain_extension())
+    parser = argparse.ArgumentParser()
+    MtcoreTransformerModel.add_args(parser)
+    assert parser.parse_args(["--output-gain"]).output_gain is True
+    torch.manual_seed(0)
+    plain = build("mtcore_transformer", dictionary, **SMALL).eval()
+    torch.manual_seed(0)
+    gained = build("mtcore_transformer", dictionary, output_gain=True, **SMALL).eval()
+    assert {k for k in gained.state_dict() if "gains" in k} == {"encoder.gains", "decoder.gains"}
+    assert not any("gains" in k for k in plain.state_dict())
+    sample = batch(dictionary)["net_input"]
+    with torch.no_grad():
+        gained.load_state_dict({**plain.state_dict(), **{
+            k: v for k, v in gained.state_dict().items() if "gains" in k}})  # fmt: skip
+        assert torch.equal(plain(**sample)[0], gained(**sample)[0])  # gain 1: the plain model
+        gained.encoder.gains[-1] = 0.5
+        assert not torch.allclose(plain(**sample)[0], gained(**sample)[0])
+    # the CTranslate2 converter refuses what an extension does not declare it can run
+    from mtcore_plugins.common.ct2_convert import unsupported
+
+    reasons = unsupported(vars(gained.args), "mtcore_transformer")
+    assert reasons == [
+        "a model extension CTranslate2 does not know (model extension 'test_output_gain') [arch ?]"
+    ]
+    assert unsupported(vars(plain.args), "mtcore_transformer") == []
+
+
+def test_extensions_that_cannot_combine_say_so(
+    dictionary: Dictionary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mtcore_plugins.common import model_extension as extension
+
+    with pytest.raises(ValueError, match=r"combines with adapters only \(not rpe"):
+        build("mtcore_xiaomi_evolved_tiny", dictionary, rpe_max_distance=4)
+    with pytest.raises(ValueError, match="cannot be combined with dlcl"):
+        build("mtcore_xiaomi_dlcl_deep_tiny", dictionary, encoder_layerdrop=0.1)
+    monkeypatch.setattr(extension, "EXTENSIONS", dict(extension.EXTENSIONS))
+    clash = gain_extension()
+    type(clash).name = "clash"
+    type(clash).args = {"b2t": ({"action": "store_true"}, False)}
+    with pytest.raises(ValueError, match="adds arguments \\['b2t'\\], which 'b2t' already adds"):
+        extension.register_extension(clash)
 
 
 # --- incremental decoding of every stateful decoder ----------------------------------------

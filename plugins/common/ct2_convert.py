@@ -18,6 +18,7 @@ float32; the compute type (int8, float16, ...) is chosen when it is loaded.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from mtcore.errors import DataError
 from mtcore.hashing import cache_home, content_hash, hash_json
 from mtcore.step import Artifact
 from mtcore_plugins.common.ct2_spec import ACTIVATIONS, transformer_spec
+from mtcore_plugins.common.model_extension import registered
 
 LIMITS_FILE = "mtcore_limits.json"  # the fairseq model's (source, target) positions
 CONVERTER_VERSION = 1  # bump when the mapping below changes: old cache entries are then unused
@@ -81,14 +83,10 @@ def unsupported(args: Any, model: str) -> list[str]:
     reasons = []
     if model not in MODELS:
         reasons.append(f"fairseq model {model!r} (convertible: {', '.join(MODELS)})")
-    if get("b2t", False):  # Takase et al. 2022: an extra residual around each whole layer
-        reasons.append("B2T connections (a bottom-to-top residual CTranslate2 layers lack)")
-    if get("dlcl", False):  # Wang et al. 2019: each layer reads a learned mix of all below
-        reasons.append("DLCL (layer inputs mix every earlier layer; CTranslate2 stacks plainly)")
-    if int(get("adapter_dim", 0) or 0) > 0:  # Bapna & Firat 2019
-        reasons.append("language adapters (an extra bottleneck after every layer)")
-    if get("cell", "transformer") not in (None, "transformer"):  # So et al. 2019
-        reasons.append(f"{get('cell')} cells (convolution branches, not Transformer layers)")
+    namespace = argparse.Namespace(**args) if isinstance(args, dict) else args
+    for extension in registered():  # mtcore_transformer's: each says whether CT2 runs it
+        if extension.ctranslate2 and extension.active(namespace):
+            reasons.append(f"{extension.ctranslate2} (model extension {extension.name!r})")
     if get("activation_fn", "relu") not in ACTIVATIONS:
         reasons.append(f"activation {get('activation_fn')!r} (valid: {', '.join(ACTIVATIONS)})")
     if get("adaptive_softmax_cutoff", None):

@@ -6,10 +6,13 @@ leaves its outputs unchanged until the adapters are trained."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
+
+from mtcore_plugins.common.model_extension import ModelExtension
 
 YISHU_BOTTLENECK = (
     4096  # Yishu §2.2.1: "a language-specific adapter with a dense layer dimension of 4096"
@@ -64,3 +67,96 @@ class AdapterBank(nn.Module):
 
     def forward(self, index: int, x: Tensor) -> Tensor:
         return self.sets[self.active][index](x)  # type: ignore[index]
+
+
+class AdapterExtension(ModelExtension):
+    """``--adapter-dim B --adapter-directions en-ja,ja-en``: an adapter set per direction after
+    every layer, the set chosen by the task's pair (or ``--adapter-direction``);
+    ``--adapters-only`` freezes everything else (Yishu §2.2.1's adapter training)."""
+
+    name = "adapters"
+    order = 30
+    ctranslate2 = "language adapters (an extra bottleneck after every layer)"
+    needs_every_layer = True
+    args = {
+        "adapter_dim": ({"type": int, "metavar": "B", "help": "adapter bottleneck; 0 = none"}, 0),
+        "adapter_directions": (
+            {"type": str, "metavar": "SRC-TGT,...", "help": "one adapter set per direction"},
+            "",
+        ),
+        "adapter_direction": (
+            {"type": str, "metavar": "SRC-TGT", "help": "adapter set to use (default: task pair)"},
+            "",
+        ),
+        "adapters_only": (
+            {"action": "store_true", "help": "train the adapters only; freeze the base model"},
+            False,
+        ),
+    }
+
+    def active(self, args: Any) -> bool:
+        return int(getattr(args, "adapter_dim", 0) or 0) > 0 or bool(
+            getattr(args, "adapters_only", False)
+        )
+
+    def check(self, args: Any, active: Sequence[str]) -> None:
+        if getattr(args, "adapters_only", False) and not getattr(args, "adapter_dim", 0):
+            raise ValueError("--adapters-only needs --adapter-dim > 0")
+
+    def prepare(self, args: Any, task: Any) -> None:
+        args.adapter_active = active_direction(args, task)
+
+    def attach(self, side: str, stack: Any, cfg: Any) -> None:
+        dim = stack.embed_tokens.embedding_dim if side == "encoder" else stack.embed_dim
+        active = getattr(cfg, "adapter_active", "") or cfg.adapter_direction
+        listed = tuple(d for d in (cfg.adapter_directions or "").split(",") if d.strip())
+        stack.adapters = AdapterBank(
+            dim, cfg.adapter_dim, len(stack.layers), listed or (active,), active
+        )
+
+    def after_layer(self, stack: Any, index: int, states: list[Any], x: Any) -> Any:
+        return stack.adapters(index, x)
+
+    def built(self, model: Any, args: Any) -> None:
+        if getattr(args, "adapters_only", False):
+            freeze_all_but_adapters(model)
+
+    def fill_state(self, model: Any, state: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint without adapters (the base model, Yishu §2.2.1: adapters are added
+        after training the bilingual model) loads with the adapters as initialised."""
+        own = model.state_dict()
+        missing = [k for k in own if ".adapters." in k and k not in state]
+        if not missing:
+            return state
+        return {**state, **{k: own[k] for k in missing}}
+
+
+def set_adapter_direction(model: Any, direction: str) -> None:
+    """Switch both adapter banks of ``model`` to ``direction`` (``en-ja``)."""
+    for side in (model.encoder, model.decoder):
+        if getattr(side, "adapters", None) is None:
+            raise ValueError("this model has no adapters (--adapter-dim 0)")
+        side.adapters.select(direction)
+
+
+def active_direction(args: Any, task: Any) -> str:
+    """The task's ``src-tgt`` when the model has adapters for it, else ``--adapter-direction``."""
+    cfg = getattr(task, "cfg", None)
+    src = getattr(cfg, "source_lang", None) or getattr(args, "source_lang", None)
+    tgt = getattr(cfg, "target_lang", None) or getattr(args, "target_lang", None)
+    pair = f"{src}-{tgt}" if src and tgt else ""
+    directions = [d.strip() for d in (args.adapter_directions or "").split(",") if d.strip()]
+    if pair and (not directions or pair in directions):
+        return pair
+    if args.adapter_direction:
+        return str(args.adapter_direction)
+    raise ValueError(
+        f"no adapter set for the task's direction {pair or '(unknown)'}: the model has "
+        f"{', '.join(directions) or 'none'}; pass --adapter-direction"
+    )
+
+
+def freeze_all_but_adapters(model: Any) -> None:
+    """Adapters-only training: fairseq's trainer optimises only parameters that require grad."""
+    for name, param in model.named_parameters():
+        param.requires_grad = ".adapters." in f".{name}"

@@ -12,9 +12,13 @@ and the stack's output is row L of W. W is lower triangular, initialised to the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
+
+from mtcore_plugins.common.model_extension import ModelExtension
 
 
 class LayerHistory(nn.Module):
@@ -46,3 +50,35 @@ class LayerHistory(nn.Module):
         if count > 1 and not self.normalize_before:
             out = self.layer_norms[count - 2](out)
         return out
+
+
+class DlclExtension(ModelExtension):
+    """``--dlcl``: every layer's input is the learned combination of all earlier outputs."""
+
+    name = "dlcl"
+    order = 40
+    ctranslate2 = "DLCL (layer inputs mix every earlier layer; CTranslate2 stacks plainly)"
+    needs_every_layer = True
+    args = {
+        "dlcl": ({"action": "store_true", "help": "dynamic linear combination of layers"}, False)
+    }
+
+    def active(self, args: Any) -> bool:
+        return bool(getattr(args, "dlcl", False))
+
+    def attach(self, side: str, stack: Any, cfg: Any) -> None:
+        dim = stack.embed_tokens.embedding_dim if side == "encoder" else stack.embed_dim
+        pre_norm = (
+            cfg.encoder.normalize_before if side == "encoder" else cfg.decoder.normalize_before
+        )
+        stack.history = LayerHistory(dim, len(stack.layers), pre_norm)
+
+    def start(self, stack: Any, states: list[Tensor], x: Tensor) -> None:
+        stack.history.push(states, x)
+
+    def next_input(self, stack: Any, states: list[Tensor], x: Tensor) -> Tensor:
+        return stack.history.combine(states)  # type: ignore[no-any-return]
+
+    def after_layer(self, stack: Any, index: int, states: list[Tensor], x: Tensor) -> Tensor:
+        stack.history.push(states, x)
+        return x

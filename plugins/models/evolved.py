@@ -18,6 +18,7 @@ Decoder cell
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
@@ -25,6 +26,8 @@ import torch.nn.functional as F
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout, LayerNorm, MultiheadAttention
 from torch import Tensor, nn
+
+from mtcore_plugins.common.model_extension import ModelExtension
 
 BRANCH_HEADS = 16  # So et al. Figure 3: the decoder's left attention branch has 16 heads
 
@@ -264,3 +267,40 @@ class EvolvedDecoderCell(nn.Module):
 
     def make_generation_fast_(self, need_attn: bool = False, **kwargs: Any) -> None:
         self.need_attn = need_attn
+
+
+class EvolvedExtension(ModelExtension):
+    """``--cell evolved``: Evolved Transformer cells instead of Transformer layers; only
+    extensions that work between layers (adapters) combine with them."""
+
+    name = "evolved"
+    order = 50
+    ctranslate2 = "evolved cells (convolution branches, not Transformer layers)"
+    args = {
+        "cell": ({"choices": ["transformer", "evolved"], "help": "layer type"}, "transformer"),
+        "evolved_branch_heads": (
+            {
+                "type": int,
+                "metavar": "N",
+                "help": "heads of the Evolved decoder's branch attention",
+            },
+            BRANCH_HEADS,
+        ),
+    }
+    combines_with = ("evolved", "adapters")
+
+    def active(self, args: Any) -> bool:
+        return getattr(args, "cell", "transformer") == "evolved"
+
+    def check(self, args: Any, active: Sequence[str]) -> None:
+        others = [name for name in active if name not in self.combines_with]
+        if others:
+            raise ValueError(
+                f"--cell evolved combines with adapters only (not {', '.join(others)}): its "
+                "cells replace the Transformer layers those change"
+            )
+
+    def layer(self, side: str, cfg: Any, no_encoder_attn: bool) -> Any:
+        if side == "encoder":
+            return EvolvedEncoderCell(cfg)
+        return EvolvedDecoderCell(cfg, getattr(cfg, "evolved_branch_heads", BRANCH_HEADS))

@@ -1,6 +1,7 @@
-"""The ``mtcore.models`` plugins, one per technique family. Each ``register()`` puts the shared
-``mtcore_transformer`` model and the family's named presets (or the R-Drop criterion) into
-fairseq's registries; it is idempotent and imports fairseq only when called."""
+"""The ``mtcore.models`` plugins, one per technique family. Each ``register()`` adds the family's
+extension to the shared ``mtcore_transformer`` model (:mod:`~mtcore_plugins.common.model_extension`)
+and puts the model and the family's named presets (or the R-Drop criterion) into fairseq's
+registries; it is idempotent and imports fairseq only when called."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ class PresetFamily(Model):
         """No settings: the architectures are fixed; their options are fairseq arguments."""
 
     def register(self) -> None:
-        from mtcore_plugins.models.zoo import register_presets
+        from mtcore_plugins.models.model import register_mtcore_model
+        from mtcore_plugins.models.zoo import register_extensions, register_presets
 
+        register_extensions([self.name])
+        register_mtcore_model()
         register_presets(self.architectures())
 
     def user_dir(self) -> str:

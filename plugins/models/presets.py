@@ -150,9 +150,10 @@ class TransformerPresets(Model):
 def register_everything() -> None:
     """Every mtcore architecture and the R-Drop criterion (what ``--user-dir`` loads)."""
     from mtcore_plugins.models.rdrop import register_rdrop
+    from mtcore_plugins.models.zoo import EXTENSIONS, register_extensions, register_presets
     from mtcore_plugins.models.zoo import PRESETS as ZOO
-    from mtcore_plugins.models.zoo import register_presets
 
+    register_extensions(list(EXTENSIONS))
     TransformerPresets.register_own()
     register_presets(sorted(ZOO))
     register_rdrop()

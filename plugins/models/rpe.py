@@ -11,12 +11,15 @@ decoder using it decodes incrementally and reorders its cache under beam search 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
+
+from mtcore_plugins.common.model_extension import ModelExtension
 
 NT5_MAX_DISTANCE = 16  # NT5 §4.1: "Following Shaw et al. (2018), we set clipping distance k to 16"
 
@@ -131,3 +134,52 @@ class RelativeSelfAttention(MultiheadAttention):
         saved["prev_key_padding_mask"] = key_padding_mask
         self._set_input_buffer(incremental_state, saved)
         return k, v, key_padding_mask
+
+
+class RelativePositionExtension(ModelExtension):
+    """``--rpe-max-distance K``: relative self-attention in the encoder in place of absolute
+    positions (NT5 §4.1); ``--rpe-decoder`` in decoder self-attention too; ``--rpe-no-values``
+    keeps relative embeddings for keys only."""
+
+    name = "rpe"
+    order = 20
+    ctranslate2 = None  # the converter maps Shaw et al.'s tables (ct2_spec)
+    args = {
+        "rpe_max_distance": (
+            {"type": int, "metavar": "K", "help": "relative positions clipped at K; 0 = absolute"},
+            0,
+        ),
+        "rpe_decoder": (
+            {"action": "store_true", "help": "relative positions in decoder self-attention too"},
+            False,
+        ),
+        "rpe_no_values": (
+            {"action": "store_true", "help": "relative embeddings for keys only, not for values"},
+            False,
+        ),
+    }
+
+    def active(self, args: Any) -> bool:
+        return int(getattr(args, "rpe_max_distance", 0) or 0) > 0 or bool(
+            getattr(args, "rpe_decoder", False)
+        )
+
+    def check(self, args: Any, active: Sequence[str]) -> None:
+        if getattr(args, "rpe_decoder", False) and not getattr(args, "rpe_max_distance", 0):
+            raise ValueError("--rpe-decoder needs --rpe-max-distance > 0")
+
+    def _used(self, side: str, cfg: Any) -> bool:
+        return side == "encoder" or bool(getattr(cfg, "rpe_decoder", False))
+
+    def self_attention(self, side: str, cfg: Any, embed_dim: int) -> Any:
+        if not self._used(side, cfg):
+            return None
+        heads = cfg.encoder.attention_heads if side == "encoder" else cfg.decoder.attention_heads
+        values = not getattr(cfg, "rpe_no_values", False)
+        return RelativeSelfAttention(
+            embed_dim, heads, cfg.rpe_max_distance, cfg.attention_dropout, values
+        )
+
+    def attach(self, side: str, stack: Any, cfg: Any) -> None:
+        if self._used(side, cfg):
+            stack.embed_positions = None  # NT5 §4.1: RPE replaces absolute positions

@@ -1,6 +1,7 @@
 """The layer loops of ``mtcore_transformer``'s encoder and decoder: fairseq 0.12's
-``forward_scriptable`` / ``extract_features_scriptable`` with two hooks, DLCL (the next layer's
-input combines every earlier output) and adapters (after every layer)."""
+``forward_scriptable`` / ``extract_features_scriptable`` with the extension point's stack hooks
+(``start``, ``next_input``, ``after_layer``: DLCL's combination of every earlier output, the
+adapters after every layer). A stack's ``extensions`` are its model's active ones."""
 
 from __future__ import annotations
 
@@ -10,15 +11,22 @@ import torch
 from torch import Tensor
 
 
+def _start(stack: Any, states: list[Tensor], x: Tensor) -> None:
+    for extension in stack.extensions:
+        extension.start(stack, states, x)
+
+
 def _next_input(stack: Any, states: list[Tensor], x: Tensor) -> Tensor:
-    return stack.history.combine(states) if stack.history is not None else x
+    for extension in stack.extensions:
+        value = extension.next_input(stack, states, x)
+        if value is not None:
+            return value  # type: ignore[no-any-return]
+    return x
 
 
 def _after_layer(stack: Any, index: int, states: list[Tensor], x: Tensor) -> Tensor:
-    if stack.adapters is not None:
-        x = stack.adapters(index, x)
-    if stack.history is not None:
-        stack.history.push(states, x)
+    for extension in stack.extensions:
+        x = extension.after_layer(stack, index, states, x)
     return x
 
 
@@ -37,8 +45,7 @@ def encoder_forward(
     x = x.transpose(0, 1)  # B x T x C -> T x B x C
     hidden: list[Tensor] = [x] if return_all_hiddens else []
     states: list[Tensor] = []
-    if encoder.history is not None:
-        encoder.history.push(states, x)
+    _start(encoder, states, x)
     for index, layer in enumerate(encoder.layers):
         x = layer(
             _next_input(encoder, states, x), encoder_padding_mask=padding_mask if has_pads else None
@@ -82,8 +89,7 @@ def decoder_features(
     attn: Tensor | None = None
     inner: list[Tensor | None] = [x]
     states: list[Tensor] = []
-    if decoder.history is not None:
-        decoder.history.push(states, x)
+    _start(decoder, states, x)
     for index, layer in enumerate(decoder.layers):
         future = None
         if incremental_state is None and not full_context_alignment:

@@ -162,12 +162,48 @@ def _architecture(model: str, settings: dict[str, Any]) -> Any:
     return apply
 
 
+# The model extensions of the built-in families (``module:class``, imported when registered).
+EXTENSIONS = {
+    "b2t": "mtcore_plugins.models.b2t:B2TExtension",
+    "rpe": "mtcore_plugins.models.rpe:RelativePositionExtension",
+    "adapters": "mtcore_plugins.models.adapters:AdapterExtension",
+    "dlcl": "mtcore_plugins.models.dlcl:DlclExtension",
+    "evolved": "mtcore_plugins.models.evolved:EvolvedExtension",
+}
+
+
+def register_extensions(names: list[str]) -> None:
+    """Registers the named built-in extensions into ``mtcore_transformer``."""
+    from importlib import import_module
+
+    from mtcore_plugins.common.model_extension import register_extension
+
+    for name in names:
+        module, _, cls = EXTENSIONS[name].partition(":")
+        register_extension(getattr(import_module(module), cls)())
+
+
+def needed_extensions(names: list[str]) -> list[str]:
+    """The built-in extensions whose arguments the named presets set."""
+    from importlib import import_module
+
+    settings = {key for name in names for key in PRESETS[name].settings}
+    needed = []
+    for extension, target in EXTENSIONS.items():
+        module, _, cls = target.partition(":")
+        if settings & set(getattr(import_module(module), cls).args):
+            needed.append(extension)
+    return needed
+
+
 def register_presets(names: list[str]) -> None:
-    """Registers the named presets (and the models they need); known names are skipped."""
+    """Registers the named presets (and the model and extensions they need); known names are
+    skipped."""
     from fairseq.models import ARCH_MODEL_REGISTRY, register_model_architecture
 
     from mtcore_plugins.models.model import register_mtcore_model
 
+    register_extensions(needed_extensions(names))
     register_mtcore_model()
     for name in names:
         preset = PRESETS[name]
