@@ -90,3 +90,15 @@ def worker_memo(key: Hashable, build: Callable[[], T], *, only: bool = False) ->
         _WORKER_MEMO[key] = build()
     value: T = _WORKER_MEMO[key]
     return value
+
+
+def worker_memos(tag: str) -> list[Hashable]:
+    """The keys of this worker's memos that are tuples starting with ``tag``."""
+    return [k for k in _WORKER_MEMO if isinstance(k, tuple) and k and k[0] == tag]
+
+
+def worker_forget(tag: str) -> None:
+    """Drop every memo whose key is a tuple that starts with ``tag`` (a step that loaded
+    models in the driver frees them when it ends)."""
+    for key in worker_memos(tag):
+        del _WORKER_MEMO[key]

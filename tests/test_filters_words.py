@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mtcore import shards
 from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.textblock import TextBlock
 from mtcore_plugins.common import tokens as _tokens
@@ -115,7 +116,7 @@ def test_token_cache_segments_each_line_once(monkeypatch):
         return real(text, lang)
 
     monkeypatch.setattr(_tokens, "tokens", counting)
-    monkeypatch.setattr(_tokens, "_LENGTHS", {})
+    monkeypatch.setattr(shards, "_WORKER_MEMO", {})
     lines = [JA_NEWS, "今日は良い天気です。", "", JA_NEWS]
     first = _tokens.count_tokens(lines, "ja").tolist()
     again = _tokens.count_tokens(lines, "ja_JP").tolist()
@@ -125,7 +126,7 @@ def test_token_cache_segments_each_line_once(monkeypatch):
     assert sorted(calls) == sorted([JA_NEWS, "今日は良い天気です。"])  # each distinct line once
     monkeypatch.setattr(_tokens, "CACHE_LINES", 2)
     _tokens.count_tokens(["一", "二", "三"], "ja")
-    assert len(_tokens._LENGTHS["ja"]) <= 2
+    assert len(shards._WORKER_MEMO[("token lengths", "ja")]) <= 2
 
 
 def test_latin_runs_inside_cjk_stay_whole():

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from mtcore import shards
 from mtcore.errors import PluginError
 from mtcore.filtering import KEPT, Chain, make_specs
 from mtcore.textblock import TextBlock
-from mtcore_plugins.common import embeddings as embedding_module
 from mtcore_plugins.filters import langid as langid_module
 
 from .conftest import SHARED, real_slice
@@ -72,7 +72,8 @@ def kept(plugin, pairs) -> np.ndarray:
 def test_label_tables_match_the_bundled_models():
     """Config validation uses static label lists; they must be the models' own labels."""
     identifier = langid_module._langid_identifier(("en", "ja"))
-    assert set(langid_module._MODELS[("langid", ())].nb_classes) == langid_module.LANGID_LANGUAGES
+    base = shards._WORKER_MEMO[("langid", ())]  # the decoded model, before restriction
+    assert set(base.nb_classes) == langid_module.LANGID_LANGUAGES
     assert identifier.nb_classes == ["en", "ja"]
     detector = langid_module._fasttext_detector()
     seen = {
@@ -355,10 +356,11 @@ def test_models_load_and_score_without_network(registry, enja, monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(langid_module, "_MODELS", {})
-    monkeypatch.setattr(embedding_module, "_ENCODERS", {})
+    monkeypatch.setattr(shards, "_WORKER_MEMO", {})
     for backend in BACKENDS:
         plugin = build(registry, "langid", backend=backend, among="corpus")
         assert kept(plugin, enja[:20]).mean() >= 0.9
     assert len(build(registry, "embedding").score(enja[:20])) == 20
-    assert langid_module._MODELS and embedding_module._ENCODERS  # really loaded afresh
+    # really loaded afresh
+    assert shards.worker_memos("langid") and shards.worker_memos("fastlangdetect")
+    assert shards.worker_memos("sentence encoder")

@@ -28,6 +28,7 @@ from mtcore.errors import RecipeError, StepError
 from mtcore.recipe import build_recipe
 from mtcore.registry import Registry, load_registry
 from mtcore.runner import Runner
+from mtcore.shards import worker_memos
 from mtcore.step import Artifact, StepContext, write_artifact_meta
 from tests.conftest import clean_split_recipe, real_slice
 
@@ -305,7 +306,6 @@ def test_translation_on_ray_matches_one_process(
     process, every shard translated once, the model (for CTranslate2 the converted one, issue
     25 point 5) loaded once per worker."""
     from mtcore_plugins.executors.ray import RayExecutor
-    from mtcore_plugins.steps import translate as translate_module
     from tests.test_decoding import CAPPED, texts, translate
 
     if backend == "ctranslate2":
@@ -325,14 +325,14 @@ def test_translation_on_ray_matches_one_process(
     assert remote == alone and texts(remote_entries) == texts(entries)
     assert ctx.metrics["shards_translated"] == again.metrics["shards_translated"] == 5
     assert held == [1, 1]  # one translator per worker process, reused by the second step
-    assert not translate_module._WORKER  # the driver loaded none
+    assert not worker_memos("translator")  # the driver loaded none
     assert ctx.metrics.get("backend", "fairseq") == backend
 
 
 def _translators_held() -> int:
-    from mtcore_plugins.steps import translate as translate_module
+    from mtcore.shards import worker_memos
 
-    return len(translate_module._WORKER)
+    return len(worker_memos("translator"))
 
 
 @needs_ray

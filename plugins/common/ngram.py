@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mtcore.errors import PluginError
+from mtcore.shards import worker_memo
 
 TOKENIZATION = "mtcore-segmenter-1"
 """Names :func:`lm_line`'s rules in ``artifact.json``; a filter refuses a model whose training
@@ -35,13 +36,11 @@ def log10_perplexity(model: Any, line: str) -> float:
     return float(-model.score(line, bos=True, eos=True) / (words + 1))
 
 
-_MODELS: dict[str, Any] = {}
-
-
 def load_model(path: Path) -> Any:
     """A ``kenlm.Model``, loaded once per process (the binary is memory-mapped)."""
     key = str(path)
-    if key not in _MODELS:
+
+    def build() -> Any:
         try:
             import kenlm
         except ImportError:
@@ -49,5 +48,6 @@ def load_model(path: Path) -> Any:
                 "filter 'lm' needs the `kenlm` Python module; build it with "
                 "`bash scripts/build_kenlm.sh .venv`"
             ) from None
-        _MODELS[key] = kenlm.Model(key)
-    return _MODELS[key]
+        return kenlm.Model(key)
+
+    return worker_memo(("kenlm", key), build)

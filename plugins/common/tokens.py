@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-_SEGMENTERS: dict[str, Any] = {}
+from mtcore.shards import worker_memo
 
 # Language codes as recipes spell them (ISO 639-1/-3, with region or script suffixes).
 _ALIASES = {"jpn": "ja", "zho": "zh", "chi": "zh", "cmn": "zh", "yue": "zh", "wuu": "zh"}
@@ -38,19 +38,21 @@ def segmenter_lang(lang: str) -> str:
 
 
 def _japanese() -> Any:
-    tagger = _SEGMENTERS.get("ja")
-    if tagger is None:
-        import fugashi  # lazy: MeCab loads a dictionary
+    """MeCab through fugashi, once per worker (it loads a dictionary)."""
+
+    def build() -> Any:
+        import fugashi
 
         # -Owakati: surfaces separated by spaces, without building node objects (faster).
-        tagger = fugashi.Tagger("-Owakati")
-        _SEGMENTERS["ja"] = tagger
-    return tagger
+        return fugashi.Tagger("-Owakati")
+
+    return worker_memo(("segmenter", "ja"), build)
 
 
 def _chinese() -> Any:
-    tok = _SEGMENTERS.get("zh")
-    if tok is None:
+    """A jieba tokenizer, once per worker."""
+
+    def build() -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # jieba imports the deprecated pkg_resources
             import jieba
@@ -60,8 +62,9 @@ def _chinese() -> Any:
         # jieba writes its prefix-dictionary cache on first use: keep it in the temp dir.
         tok.tmp_dir = tempfile.gettempdir()
         tok.initialize()
-        _SEGMENTERS["zh"] = tok
-    return tok
+        return tok
+
+    return worker_memo(("segmenter", "zh"), build)
 
 
 # Runs the segmenters see: kana, CJK ideographs and symbols, full-width forms. What lies between
@@ -98,8 +101,6 @@ def tokens(text: str, lang: str) -> list[str]:
 CACHE_LINES = 65_536
 """Lines whose token lengths are remembered per language and process (about two shards)."""
 
-_LENGTHS: dict[str, dict[str, tuple[int, ...]]] = {}
-
 
 def token_lengths(texts: Sequence[str], lang: str) -> list[tuple[int, ...]]:
     """The length in characters of each :func:`tokens` of each text, in order. Segmented
@@ -107,7 +108,7 @@ def token_lengths(texts: Sequence[str], lang: str) -> list[tuple[int, ...]]:
     kind = segmenter_lang(lang)
     if not kind:
         return [tuple(map(len, t.split())) for t in texts]
-    cache = _LENGTHS.setdefault(kind, {})
+    cache: dict[str, tuple[int, ...]] = worker_memo(("token lengths", kind), dict)
     out: list[tuple[int, ...]] = []
     for text in texts:
         hit = cache.get(text)

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mtcore.errors import PluginError
-
-_TRANSLATORS: dict[tuple[Any, ...], Any] = {}
+from mtcore.shards import worker_memo
 
 
 def model_meta(folder: Path, role: str, filter_name: str) -> dict[str, Any]:
@@ -28,9 +27,10 @@ def model_meta(folder: Path, role: str, filter_name: str) -> dict[str, Any]:
 
 
 def translator(model: Path, spm: Path, src: str, tgt: str, threads: int, **decoding: Any) -> Any:
-    """A :class:`Translator` for one model, cached per process (a worker loads it once)."""
+    """A :class:`Translator` for one model, loaded once per worker."""
     key = (str(model), str(spm), src, tgt, threads, tuple(sorted(decoding.items())))
-    if key not in _TRANSLATORS:
+
+    def load() -> Any:
         import torch
 
         from mtcore.registry import load_registry
@@ -47,5 +47,6 @@ def translator(model: Path, spm: Path, src: str, tgt: str, threads: int, **decod
             inputs={"model": Artifact.open(model), "spm": Artifact.open(spm)},
             registry=registry,
         )
-        _TRANSLATORS[key] = Translator(config, job)
-    return _TRANSLATORS[key]
+        return Translator(config, job)
+
+    return worker_memo(("filter translator", *key), load)

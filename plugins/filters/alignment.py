@@ -71,12 +71,12 @@ from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.shards import worker_memo
 from mtcore_plugins.filters._lexicon import Lexicon
 
 MAX_TOKENS = 0x3FF  # eflomal writes longer sentences as empty (MAX_SENT_LEN 0x400)
 URANDOM = b"/dev/urandom\0"
 SEED_FILE = b"eflomal.seed\0"  # same length: the patched binary opens it in its working dir
-_BINARY: dict[str, bytes] = {}
 
 
 class AlignmentConfig(PluginConfig):
@@ -124,8 +124,9 @@ def write_eflomal_text(path: Path, sentences: Sequence[Sequence[str]]) -> None:
 
 
 def seeded_binary() -> bytes:
-    """eflomal's binary with ``/dev/urandom`` replaced by ``eflomal.seed`` (once per process)."""
-    if "eflomal" not in _BINARY:
+    """eflomal's binary with ``/dev/urandom`` replaced by ``eflomal.seed`` (once per worker)."""
+
+    def build() -> bytes:
         import eflomal
 
         path = Path(eflomal.__file__).parent / "bin" / "eflomal"
@@ -135,8 +136,10 @@ def seeded_binary() -> bytes:
                 f"filter 'alignment': cannot seed {path}: expected one {URANDOM!r} in it, found "
                 f"{raw.count(URANDOM)} (the filter is written for eflomal 2.0.0)"
             )
-        _BINARY["eflomal"] = raw.replace(URANDOM, SEED_FILE)
-    return _BINARY["eflomal"]
+        return raw.replace(URANDOM, SEED_FILE)
+
+    binary: bytes = worker_memo(("seeded eflomal",), build)
+    return binary
 
 
 def iterations(model: int, pairs: int, rel: float) -> list[str]:

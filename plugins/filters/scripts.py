@@ -28,6 +28,7 @@ from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import PluginConfig
+from mtcore.shards import worker_memo
 from mtcore.textblock import TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
 
@@ -79,25 +80,25 @@ def base_lang(lang: str) -> str:
     return _ISO3.get(base, base)
 
 
-_TABLES: dict[str, np.ndarray] = {}
-
-
 def script_tables() -> tuple[np.ndarray, np.ndarray]:
     """Per code point: a uint16 bit set of its scripts (bit i: ``SCRIPTS[i]``, from
-    Script_Extensions) and whether it is a letter. Built once per process."""
-    if not _TABLES:
-        import regex
+    Script_Extensions) and whether it is a letter. Built once per worker."""
+    tables: tuple[np.ndarray, np.ndarray] = worker_memo(("script tables",), _script_tables)
+    return tables
 
-        everything = "".join(map(chr, range(0x110000)))
-        bits = np.zeros(0x110000, dtype=np.uint16)
-        for i, script in enumerate(SCRIPTS):
-            for m in regex.finditer(rf"\p{{scx={script.capitalize()}}}+", everything):
-                bits[m.start() : m.end()] |= np.uint16(1 << i)
-        letters = np.zeros(0x110000, dtype=bool)
-        for m in regex.finditer(r"\p{L}+", everything):
-            letters[m.start() : m.end()] = True
-        _TABLES["bits"], _TABLES["letters"] = bits, letters
-    return _TABLES["bits"], _TABLES["letters"]
+
+def _script_tables() -> tuple[np.ndarray, np.ndarray]:
+    import regex
+
+    everything = "".join(map(chr, range(0x110000)))
+    bits = np.zeros(0x110000, dtype=np.uint16)
+    for i, script in enumerate(SCRIPTS):
+        for m in regex.finditer(rf"\p{{scx={script.capitalize()}}}+", everything):
+            bits[m.start() : m.end()] |= np.uint16(1 << i)
+    letters = np.zeros(0x110000, dtype=bool)
+    for m in regex.finditer(r"\p{L}+", everything):
+        letters[m.start() : m.end()] = True
+    return bits, letters
 
 
 def mask_of(scripts: Any) -> int:

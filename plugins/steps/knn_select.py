@@ -28,7 +28,7 @@ from pydantic import Field
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError
 from mtcore.ranking import KeepSpec, ranked_cut
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_memo
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
 from mtcore_plugins.common.embeddings import EncoderConfig
@@ -172,8 +172,6 @@ def best_k(sims: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.n
 
 # --- the worker side ----------------------------------------------------------------------------
 
-_QUERIES: dict[str, np.ndarray] = {}
-
 
 def embed_texts(settings: dict[str, Any], texts: list[str]) -> np.ndarray:
     """Unit vectors of ``texts`` with the embedding filter's encoders (cached per process)."""
@@ -185,9 +183,7 @@ def knn_task(task: Task) -> tuple[np.ndarray, np.ndarray]:
     """Runs in a worker: embed one shard, return each query's top k within it (corpus rows)."""
     settings, langs, column, raw = task
     path = settings["queries"]
-    if path not in _QUERIES:
-        _QUERIES[path] = np.load(path)
-    queries = _QUERIES[path]
+    queries = worker_memo(("knn queries", path), lambda: np.load(path))
     block = raw.decode(langs)
     vectors = embed_texts(settings, block.columns[column].lines)
     sims, local = shard_top_k(queries, vectors, settings["k"], settings["search"])

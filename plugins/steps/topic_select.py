@@ -38,7 +38,7 @@ from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError
 from mtcore.plugin import PluginConfig
 from mtcore.ranking import KeepSpec, ranked_cut
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_memo
 from mtcore.step import Step, StepContext
 from mtcore.textblock import BlockReader, RawBlock
 from mtcore_plugins.steps.select import write_scores
@@ -205,15 +205,12 @@ class TopicSelectStep(Step):
                     handle.write(f"{term}\t{int(df[i])}\t{idf[i]:.6f}\n")
 
 
-_VOCABS: dict[str, dict[str, int]] = {}
-
-
 def match_task(task: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Runs in a worker: the test-term ids of each source of one shard, as CSR arrays."""
     vocab_file, langs, column, max_n, lowercase, raw = task
-    if vocab_file not in _VOCABS:
-        _VOCABS[vocab_file] = pickle.loads(Path(vocab_file).read_bytes())
-    vocab = _VOCABS[vocab_file]
+    vocab: dict[str, int] = worker_memo(
+        ("topic vocabulary", vocab_file), lambda: pickle.loads(Path(vocab_file).read_bytes())
+    )
     lang = langs[column]
     offsets = [0]
     ids: list[int] = []

@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError, StepError
 from mtcore.plugin import NOT_IDENTITY, Executor, PluginConfig
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_forget, worker_memo
 from mtcore.stats import Stats
 from mtcore.step import Artifact, Step, StepContext
 from mtcore_plugins.common.ct2_decoding import Ct2Translator
@@ -219,7 +219,7 @@ class TranslateStep(Step):
             self._translate(ctx, corpus, corpus.langs.index(self.config.src), ct2)
         finally:
             torch.set_num_threads(threads)
-            _WORKER.clear()  # an in-process translator: free the models with the step
+            worker_forget("translator")  # an in-process translator: free the models with the step
 
     def _translate(self, ctx: StepContext, corpus: Corpus, column: int, ct2: str) -> None:
         config = self.config
@@ -315,11 +315,6 @@ def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepCo
     return str(path)
 
 
-_WORKER: dict[str, Translator | Ct2Translator] = {}
-"""The translator of this process, by its settings: loaded by the first shard, kept for the
-next ones."""
-
-
 def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult:
     """Executor task: the 1-best (and n-best) translations of one shard, and its counters.
     ``ct2``: the converted model to decode with CTranslate2, or empty for fairseq."""
@@ -329,13 +324,13 @@ def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult
     if threads and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     key = settings + ct2 + repr(sorted((r, str(a.path)) for r, a in job.inputs.items()))
-    translator = _WORKER.get(key)
-    if translator is None:
-        _WORKER.clear()
+
+    def load() -> Translator | Ct2Translator:
         config = TranslateConfig.model_validate_json(settings)
-        translator = _WORKER[key] = (
-            Ct2Translator(config, job, Path(ct2), threads) if ct2 else Translator(config, job)
-        )
+        return Ct2Translator(config, job, Path(ct2), threads) if ct2 else Translator(config, job)
+
+    # loaded by the first shard, kept for the next ones; one translator per worker at a time
+    translator: Translator | Ct2Translator = worker_memo(("translator", key), load, only=True)
     config = translator.config
     translator.ctx = DecodeJob(job.step_id, job.inputs)  # fresh counters for this shard
     if config.sampling:  # per shard: a resumed run draws what an uninterrupted one would

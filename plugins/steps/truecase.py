@@ -24,7 +24,7 @@ from pydantic import Field
 from mtcore.corpus import Corpus
 from mtcore.errors import DataError, StepError
 from mtcore.plugin import PluginConfig
-from mtcore.shards import map_shards
+from mtcore.shards import map_shards, worker_memo
 from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
 from mtcore.textblock import BlockReader, RawBlock
 from mtcore_plugins.common.truecasing import CASELESS, words
@@ -162,13 +162,12 @@ def count_task(task: tuple[tuple[str, ...], tuple[str, ...], RawBlock]) -> dict[
     return out
 
 
-_WORKER_MODELS: dict[tuple[str, str], TruecaseModel] = {}
-
-
 def _model(path: str, lang: str) -> TruecaseModel:
-    if (path, lang) not in _WORKER_MODELS:
-        _WORKER_MODELS[path, lang] = TruecaseModel.load(Path(path), lang)
-    return _WORKER_MODELS[path, lang]
+    """The truecasing model of ``lang``, loaded once per worker."""
+    model: TruecaseModel = worker_memo(
+        ("truecase model", path, lang), lambda: TruecaseModel.load(Path(path), lang)
+    )
+    return model
 
 
 def truecase_task(
