@@ -26,4 +26,4 @@ test-long: setup
 	$(PYTEST) -m long --durations=15
 
 lint: setup
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy mtcore
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy mtcore plugins

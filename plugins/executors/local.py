@@ -33,6 +33,7 @@ class LocalExecutor(Executor):
 
     name = "local"
     Config = LocalConfig
+    config: LocalConfig
 
     def __init__(self, config: LocalConfig | None = None) -> None:
         super().__init__(config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 from pydantic import Field
@@ -137,7 +137,7 @@ class DedupFilter(Filter):
             if isinstance(batch, np.ndarray)
             else pair_keys(batch, self.config.key, self.config.normalize)
         )
-        return self.seen.check_and_add(keys).astype(np.int8).tolist()
+        return cast(list[int], self.seen.check_and_add(keys).astype(np.int8).tolist())
 
     def accept(self, score: int) -> bool:
         return score == 0

@@ -196,6 +196,8 @@ class GettextSource(Source):
                     raise ValueError(f"domains lists a catalog twice: {self.domains}")
             return self
 
+    config: Config
+
     def langs(self) -> tuple[str, ...]:
         return (self.config.src, self.config.tgt)
 

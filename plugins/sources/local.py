@@ -183,6 +183,8 @@ class LocalSource(Source):
             check_unique(self)
             return self
 
+    config: Config
+
     def langs(self) -> tuple[str, ...]:
         return langs_of(self.config)
 

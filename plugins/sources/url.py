@@ -162,6 +162,8 @@ class UrlSource(Source):
             check_unique(self)
             return self
 
+    config: Config
+
     def langs(self) -> tuple[str, ...]:
         return langs_of(self.config)
 

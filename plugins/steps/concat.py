@@ -24,6 +24,7 @@ class ConcatStep(Step):
 
     name = "concat"
     Config = ConcatConfig
+    config: ConcatConfig
     inputs: ClassVar[dict[str, bool]] = {"*": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
 

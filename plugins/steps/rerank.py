@@ -153,7 +153,7 @@ class RerankStep(Step):
             return self, ()
         report = json.loads((finished / "weights" / "weights.json").read_text())
         settings = {**self.config.model_dump(mode="json"), "weights": report["weights"]}
-        return RerankStep.from_dict(settings), ("dev_nbest", "dev_ref")
+        return RerankStep(RerankConfig.model_validate(settings)), ("dev_nbest", "dev_ref")
 
     def _dev_inputs(self, ctx: StepContext, src: str, tgt: str) -> tuple[Path, list[str]] | None:
         has = [role for role in ("dev_nbest", "dev_ref") if role in ctx.inputs]

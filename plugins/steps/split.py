@@ -29,6 +29,7 @@ class SplitStep(Step):
 
     name = "split"
     Config = SplitConfig
+    config: SplitConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("train", "valid", "test")
 
