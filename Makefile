@@ -7,10 +7,12 @@ setup:
 nt5: setup
 	.venv/bin/mtcore run recipes/nt5.yaml
 
-# The test tiers run in TEST_WORKERS pytest-xdist workers (2: CI's cores), one test file per
-# worker at a time (--dist loadfile), so a file's module fixtures (trained models) are built once.
+# The test tiers run in TEST_WORKERS pytest-xdist workers (2: CI's cores). Each test file is one
+# group that one worker runs (--dist loadgroup; tests/conftest.py), so a file's module fixtures
+# (trained models) are built once; the files of independent whole-recipe runs (smoke,
+# default-profile, kill-sweep) are not grouped, and their runs spread over both workers.
 TEST_WORKERS ?= 2
-PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The fast tier (minutes): every test not marked slow, the four recipes' smoke profiles included.
 test: setup

@@ -107,3 +107,14 @@ def tiny_bert(where: Path, units: list[str], hidden: int, positions: int) -> tup
     torch.manual_seed(0)
     tokenizer = transformers.BertTokenizer(str(where / "vocab.txt"))
     return tokenizer, transformers.BertForMaskedLM(config)
+
+
+SPREAD = {"test_recipes.py", "test_kill_sweep.py", "test_e2e.py"}
+"""Test files whose tests are independent whole-recipe runs with no module fixtures: under
+``--dist loadgroup`` (Makefile) they spread over the workers; every other file is one group."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
