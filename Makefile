@@ -9,10 +9,10 @@ nt5: setup
 
 # The test tiers run in TEST_WORKERS pytest-xdist workers (2: CI's cores). Each test file is one
 # group that one worker runs (--dist loadgroup; tests/conftest.py), so a file's module fixtures
-# (trained models) are built once; the files of independent whole-recipe runs (smoke,
-# default-profile, kill-sweep) are not grouped, and their runs spread over both workers.
+# (trained models) are built once; the tests of files of independent whole-recipe runs (smoke,
+# default-profile, kill-sweep, rehearsal) spread over both workers, the longest first.
 TEST_WORKERS ?= 2
-PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The fast tier (minutes): every test not marked slow, the four recipes' smoke profiles included.
 test: setup

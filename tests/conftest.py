@@ -109,12 +109,44 @@ def tiny_bert(where: Path, units: list[str], hidden: int, positions: int) -> tup
     return tokenizer, transformers.BertForMaskedLM(config)
 
 
-SPREAD = {"test_recipes.py", "test_kill_sweep.py", "test_e2e.py"}
-"""Test files whose tests are independent whole-recipe runs with no module fixtures: under
-``--dist loadgroup`` (Makefile) they spread over the workers; every other file is one group."""
+SPREAD = {
+    "test_recipes.py",
+    "test_kill_sweep.py",
+    "test_e2e.py",
+    "test_rehearsal.py",
+    "test_model_plugins.py",
+}
+"""Test files whose tests are independent (whole-recipe runs, or trainings whose module fixtures
+take a second or two to build): under ``--dist loadgroup`` (Makefile) their tests spread over
+the workers; every other file is one group, so its module fixtures (trained models) are built
+once."""
+
+LONGEST = {
+    "test_rehearsal_paper_graph_runs_end_to_end[xiaomi]": 571,
+    "test_default_profile_runs_end_to_end[hwtsc]": 545,
+    "test_default_profile_runs_end_to_end[xiaomi]": 416,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[hwtsc]": 344,
+    "test_default_profile_runs_end_to_end[yishu]": 325,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[nt5]": 289,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[yishu]": 233,
+    "test_rehearsal_paper_graph_runs_end_to_end[nt5]": 236,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[xiaomi]": 220,
+    "test_smoke_profile_runs_end_to_end[nt5]": 195,
+    "test_smoke_profile_runs_end_to_end[hwtsc]": 170,
+    "test_rehearsal_paper_graph_runs_end_to_end[yishu]": 159,
+    "test_rehearsal_paper_graph_runs_end_to_end[hwtsc]": 158,
+    "test_default_profile_runs_end_to_end[nt5]": 156,
+    "test_smoke_profile_runs_end_to_end[xiaomi]": 127,
+    "test_smoke_profile_runs_end_to_end[yishu]": 89,
+}
+"""Seconds the longest tests took in CI (2 workers; the kill sweeps reusing the fast tier's smoke
+runs). Only their order uses them: the longest start first (``--no-loadscope-reorder``), so the
+two workers end together instead of one running a long test alone at the end."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name not in SPREAD:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
+    items.sort(key=lambda item: -LONGEST.get(item.name, 0))  # stable: the rest keep their order

@@ -114,7 +114,7 @@ def test_smoke_profile_runs_end_to_end(registry, path, tmp_path):
     """The fast tier's run of each recipe: its whole graph (every step kind it uses) at micro
     sizes completes, and every stage is scored and reported (outputs of models trained for a
     handful of updates are not checked for text: the slow tier's default-profile runs are)."""
-    work = tmp_path / "work"
+    work = smoke_workdir(path, tmp_path)
     run_recipe(path, work, "smoke")
     evals = check_stages(registry, path, work, "smoke")
     check_stage_significance(path, work, evals, ["-p", "smoke"])
@@ -140,6 +140,23 @@ def test_default_profile_runs_end_to_end(registry, path, tmp_path):
     check_translate(registry, path, work, None, DEFAULT_TRANSLATE[path.stem])
     if path.stem == "nt5":
         check_readable(recipe, work, evals)
+
+
+KEEP_SMOKE = "MTCORE_TEST_SMOKE_WORKDIRS"
+"""Names a folder where the fast tier's smoke runs keep their workdirs (``<folder>/<name>``) for
+the slow tier's kill sweep to compare against, instead of running each smoke profile through
+once more (CI sets it; tests/test_kill_sweep.py reads it)."""
+
+
+def smoke_workdir(path: Path, tmp_path: Path) -> Path:
+    """A fresh workdir for the smoke run: under ``$MTCORE_TEST_SMOKE_WORKDIRS`` when set (an
+    older one there is removed first, so the run always runs), else in the test's tmp_path."""
+    folder = os.environ.get(KEEP_SMOKE)
+    if not folder:
+        return tmp_path / "work"
+    work = Path(folder) / path.stem
+    shutil.rmtree(work, ignore_errors=True)
+    return work
 
 
 REUSE_WORKDIRS = "MTCORE_TEST_DEFAULT_WORKDIRS"
@@ -307,8 +324,12 @@ def check_export(path: Path, work: Path, profile: str, tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere" / "system"
     shutil.copytree(exported, moved)
     shutil.rmtree(exported)
-    shutil.rmtree(work)
-    done = subprocess.run([*cli, "translate", "--system", str(moved)], input=source,
-                          capture_output=True)  # fmt: skip
+    away = work.with_name(work.name + ".away")  # gone from its path (kept for the kill sweep)
+    work.rename(away)
+    try:
+        done = subprocess.run([*cli, "translate", "--system", str(moved)], input=source,
+                              capture_output=True)  # fmt: skip
+    finally:
+        away.rename(work)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert done.stdout == expected

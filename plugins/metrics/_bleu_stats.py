@@ -10,8 +10,7 @@ import math
 import numba
 import numpy as np
 
-ORDER = 4
-WIDTH = 2 + 2 * ORDER
+from mtcore_plugins.metrics.bleu import MAX_ORDER as ORDER
 
 
 @numba.njit(cache=True)

@@ -27,6 +27,7 @@ AUTO_TOKENIZER = {"ja": "ja-mecab", "zh": "zh", "ko": "ko-mecab"}
 # Chinese, 13a otherwise. tests/test_wmt_scores.py reproduces every team's score with these.
 WMT_TOKENIZER = {"ja": "char", "zh": "zh"}
 MAX_ORDER = 4
+WIDTH = 2 + 2 * MAX_ORDER  # a row of segment statistics: hyp_len, ref_len, correct_n, total_n
 
 
 def base_lang(lang: str) -> str:
@@ -103,14 +104,14 @@ class BleuMetric(Metric):
                 "needs a reference segment"
             )
         if not hyps:
-            return np.zeros((0, 2 + 2 * MAX_ORDER), dtype=np.int64)
+            return np.zeros((0, WIDTH), dtype=np.int64)
         metric = self.sacrebleu(lang, force=True)
         cache = metric._cache_references([list(stream) for stream in refs])
         stats = [
             metric._compute_segment_statistics(metric._preprocess_segment(text), cache[row])
             for text, row in zip(hyps, rows, strict=True)
         ]
-        return np.asarray(stats, dtype=np.int64).reshape(-1, 2 + 2 * MAX_ORDER)
+        return np.asarray(stats, dtype=np.int64).reshape(-1, WIDTH)
 
     def score_statistics(self, stats: Any, sentence: bool = False) -> np.ndarray:
         """BLEU (0-100) of each row, as ``corpus_score`` of the segments summed into it
@@ -119,8 +120,8 @@ class BleuMetric(Metric):
         from sacrebleu.metrics import BLEU
 
         rows = np.asarray(stats)
-        if rows.ndim != 2 or rows.shape[1] != 2 + 2 * MAX_ORDER:
-            raise ValueError(f"BLEU statistics are rows of {2 + 2 * MAX_ORDER}, got {rows.shape}")
+        if rows.ndim != 2 or rows.shape[1] != WIDTH:
+            raise ValueError(f"BLEU statistics are rows of {WIDTH}, got {rows.shape}")
         smooth = self.config.smooth_method
         if smooth == "exp" and not sentence:
             from mtcore_plugins.metrics._bleu_stats import corpus_bleus
