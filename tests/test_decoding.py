@@ -230,7 +230,7 @@ def loaded(setup: dict[str, Path], **settings: Any) -> tuple[Translator, ForceDe
     translator = Translator(config, ctx)
     ensemble = Ensemble(
         translator.models, translator.src_dict, translator.tgt_dict, translator.spm,
-        translator.direction, translator.max_source, None,
+        translator.direction, translator.max_source, None, translator.device,
     )  # fmt: skip
     return translator, ForceDecoder(ensemble, max_tokens=256)
 

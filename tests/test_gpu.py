@@ -56,7 +56,8 @@ def test_half_precision_training_through_the_train_step(
     setup: dict[str, Path], tmp_path: Path, precision: str
 ) -> None:
     """fairseq's --fp16 (loss scaling) and --bf16 through the recipe's train step: every update
-    has a finite loss, the averaged checkpoint loads and translates on the GPU."""
+    has a finite loss, the averaged checkpoint loads and translates every line on the GPU
+    (what a 5-update model writes is not checked: it may end every output at once)."""
     model = train(tmp_path / precision, {**MICRO, "precision": precision}, setup["data_enja"])
     records = updates(model)
     assert len(records) == MICRO["max_update"]
@@ -64,12 +65,12 @@ def test_half_precision_training_through_the_train_step(
     meta = Artifact.open(model).meta
     assert meta["arch"] == MICRO["arch"]
     _, hyps, _ = translate({**setup, "model": model}, tmp_path / "hyp", beam=3, **CAPPED)
-    assert len(hyps) == 49 and any(hyps)
+    assert len(hyps) == 49
 
 
 def test_rdrop_trains_on_the_gpu(setup: dict[str, Path], tmp_path: Path) -> None:
     """The R-Drop criterion (HW-TSC §3.2) in fp16: its KL term is logged and finite."""
-    settings = {**MICRO, "precision": "fp16", "models": ["rdrop"]}
+    settings = {**MICRO, "precision": "fp16", "models": ["rdrop", "transformer_presets"]}
     settings |= {"criterion": "mtcore_rdrop", "criterion_args": {"alpha": 5}}
     model = train(tmp_path / "rdrop", settings, setup["data_enja"])
     records = updates(model)

@@ -134,6 +134,24 @@ def _empty_outputs_score_zero_bleu() -> None:
     train.get_valid_stats = with_bleu
 
 
+def _bf16_on_cuda() -> None:
+    """fairseq 0.12 reads ``--bf16`` as bf16 on a TPU (``options.py`` sets ``tpu``), and its
+    trainer then asks torch_xla for a device: ``--bf16`` on a CUDA machine fails with
+    "'NoneType' object has no attribute 'xla_device'" (seen on an H200). Without ``--tpu``, a
+    bf16 run on a CUDA machine trains on the GPU, as ``--fp16`` does: the trainer casts the
+    model to bf16 and keeps fp32 master weights (``FP16Optimizer``)."""
+    from fairseq import options
+
+    parse = options.parse_args_and_arch
+
+    def on_cuda(*args: Any, **kwargs: Any) -> Any:
+        parsed = parse(*args, **kwargs)
+        (parsed[0] if isinstance(parsed, tuple) else parsed).tpu = False
+        return parsed
+
+    options.parse_args_and_arch = on_cuda
+
+
 def _resumed_batches_as_in_epoch_one() -> None:
     """fairseq 0.12 makes a training set's batches once, with the first iterator, ordering the
     examples with the seed ``seed + epoch`` (``FairseqTask.get_batch_iterator``), and reuses them
@@ -269,6 +287,8 @@ def _train(argv: list[str]) -> None:
     if "--eval-bleu" in rest:
         _empty_outputs_score_zero_bleu()
     _resumed_batches_as_in_epoch_one()
+    if "--bf16" in rest and "--tpu" not in rest and torch.cuda.is_available():
+        _bf16_on_cuda()
     criterion = _option(rest, "--criterion", "cross_entropy")
     if ours.label_smoothing is not None and _criterion_takes(criterion, "label_smoothing"):
         rest += ["--label-smoothing", str(ours.label_smoothing)]
