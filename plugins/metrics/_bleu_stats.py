@@ -10,15 +10,14 @@ import math
 import numba
 import numpy as np
 
-from mtcore_plugins.metrics.bleu import MAX_ORDER as ORDER
-
 
 @numba.njit(cache=True)
 def corpus_bleu(stats: np.ndarray) -> float:
     """BLEU (0-100) of one row of summed statistics, as sacrebleu with exp smoothing."""
     sys_len, ref_len = stats[0], stats[1]
+    order = (len(stats) - 2) // 2  # the row: lengths, then correct and total n-grams per order
     matched = False
-    for n in range(ORDER):
+    for n in range(order):
         if stats[2 + n] > 0:
             matched = True
     if not matched:
@@ -28,8 +27,8 @@ def corpus_bleu(stats: np.ndarray) -> float:
         bp = math.exp(1.0 - ref_len / sys_len) if sys_len > 0 else 0.0
     logs = 0.0
     smooth = 1.0
-    for n in range(ORDER):
-        correct, total = stats[2 + n], stats[2 + ORDER + n]
+    for n in range(order):
+        correct, total = stats[2 + n], stats[2 + order + n]
         if total == 0:
             return 0.0  # sacrebleu: log(0) for this order and the rest
         if correct == 0:
@@ -37,7 +36,7 @@ def corpus_bleu(stats: np.ndarray) -> float:
             logs += math.log(100.0 / (smooth * total))
         else:
             logs += math.log(100.0 * correct / total)
-    return bp * math.exp(logs / ORDER)
+    return bp * math.exp(logs / order)
 
 
 @numba.njit(cache=True)
