@@ -45,3 +45,21 @@ def test_setup_is_idempotent():
     )
     assert result.stdout == "" and result.stderr == ""  # nothing installed, nothing said
     assert time.time() - started < 5
+
+
+def test_the_package_list_holds_every_package_of_the_tree():
+    """pyproject's explicit package list names every folder with an ``__init__.py`` under
+    mtcore/ and plugins/: a non-editable install (a wheel, a GPU machine's ``pip install .``)
+    ships only what it names. Missing ``mtcore_plugins.common`` broke every model plugin there
+    while the editable install here hid it."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    found = set()
+    for top, name in (("mtcore", "mtcore"), ("plugins", "mtcore_plugins")):
+        for init in (ROOT / top).rglob("__init__.py"):
+            parts = init.parent.relative_to(ROOT / top).parts
+            found.add(".".join((name, *parts)))
+    assert found - listed == set(), "packages missing from pyproject.toml"
+    assert listed - found == set(), "pyproject.toml lists packages that do not exist"
