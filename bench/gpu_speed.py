@@ -25,17 +25,16 @@ from typing import Any
 
 import torch
 
-WIDTH = {
-    "encoder_embed_dim": 1024,
-    "encoder_ffn_embed_dim": 4096,
-    "encoder_attention_heads": 16,
-    "encoder_layers": 6,
-    "decoder_embed_dim": 1024,
-    "decoder_ffn_embed_dim": 4096,
-    "decoder_attention_heads": 16,
-    "decoder_layers": 6,
-}
-# technique -> (tiny preset that wires its plugin, settings over WIDTH, criterion)
+
+def width() -> dict[str, Any]:
+    """NT5's initial model (Vaswani et al.'s big with FFN 4096), its sizes only."""
+    from mtcore_plugins.models.presets import PRESETS
+
+    big = PRESETS["mtcore_transformer_big_ffn4096"]
+    return {k: v for k, v in big.items() if k.endswith(("_dim", "_heads", "_layers"))}
+
+
+# technique -> (tiny preset that wires its plugin, settings over width(), criterion)
 VARIANTS: dict[str, tuple[str, dict[str, Any], str]] = {
     "vanilla": ("mtcore_xiaomi_big_tiny", {}, "ls"),
     "B2T (NT5 §4.1)": ("mtcore_nt5_b2t_tiny", {}, "ls"),
@@ -70,7 +69,7 @@ def dictionary() -> Any:
 def build(preset: str, settings: dict[str, Any], task: Task) -> Any:
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    wanted = {**WIDTH, **settings}
+    wanted = {**width(), **settings}
     args = argparse.Namespace(share_all_embeddings=True, dropout=0.1, **wanted)
     ARCH_CONFIG_REGISTRY[preset](args)
     vars(args).update(wanted)  # the width wins over the tiny preset's own sizes
