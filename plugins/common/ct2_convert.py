@@ -60,9 +60,9 @@ def checkpoint_args(path: Path) -> Any:
 
 def model_name(arch: str, plugins: list[str], registry: Any = None) -> str:
     """The fairseq model an architecture belongs to, with mtcore's architectures registered."""
-    from mtcore_plugins.common.fairseq_setup import register_models, root_logging_kept
+    from mtcore_plugins.common.fairseq_setup import importing_fairseq, register_models
 
-    with root_logging_kept():
+    with importing_fairseq():
         from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     register_models(plugins, registry)
@@ -179,11 +179,11 @@ class FairseqSpecConverter:
 
         from mtcore_plugins.common.fairseq_setup import (
             add_safe_globals,
+            importing_fairseq,
             register_models,
-            root_logging_kept,
         )
 
-        with root_logging_kept():
+        with importing_fairseq():
             from fairseq import checkpoint_utils, utils
 
         model = self.model

@@ -21,8 +21,8 @@ from mtcore.step import Artifact
 from mtcore_plugins.common.checkpoints import first_difference
 from mtcore_plugins.common.fairseq_setup import (
     add_safe_globals,
+    importing_fairseq,
     register_models,
-    root_logging_kept,
 )
 from mtcore_plugins.common.spm import load_spm
 
@@ -115,7 +115,7 @@ def load_ensemble(
     """The checked, loaded, weighted ensemble of ``members`` (role -> model artifact), on the
     GPU when ``device`` is cuda, or auto and torch sees one (a Ray worker placed with
     ``gpus_per_worker``), else on the CPU."""
-    with root_logging_kept():
+    with importing_fairseq():
         from fairseq import checkpoint_utils, utils
 
     direction = check_members(src, tgt, weights, step_id, members)
@@ -249,7 +249,7 @@ class Translator:
     count empty and truncated inputs."""
 
     def __init__(self, config: Any, ctx: Any) -> None:
-        with root_logging_kept():
+        with importing_fairseq():
             from fairseq import search
             from fairseq.sequence_generator import SequenceGenerator
 

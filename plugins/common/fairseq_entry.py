@@ -27,6 +27,7 @@ from mtcore.process import PARENT_ENV, die_with_parent
 # Moved to checkpoints.py; kept importable from here for existing callers.
 from mtcore_plugins.common.checkpoints import average_checkpoints as average_checkpoints
 from mtcore_plugins.common.checkpoints import save_for_inference as save_for_inference
+from mtcore_plugins.common.deferred import deferred
 from mtcore_plugins.common.fairseq_setup import (
     add_safe_globals,
     register_models,
@@ -272,6 +273,8 @@ def _train(argv: list[str]) -> None:
         stream=sys.stdout,
         force=True,
     )
+    with deferred():  # every fairseq import below finds it loaded
+        import fairseq  # noqa: F401
     import torch
 
     if ours.threads > 0:

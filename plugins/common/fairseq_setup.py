@@ -9,6 +9,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from mtcore_plugins.common.deferred import deferred
+
 
 def safe_globals() -> list[Any]:
     """Types inside fairseq checkpoints that torch's weights-only unpickler must allow. Found by
@@ -22,6 +24,14 @@ def safe_globals() -> list[Any]:
     core = getattr(numpy, "_core", None) or numpy.core  # numpy 2 renamed numpy.core
     dtypes = [type(numpy.dtype(t)) for t in ("int32", "int64", "float32", "float64")]
     return [argparse.Namespace, core.multiarray._reconstruct, numpy.ndarray, numpy.dtype, *dtypes]
+
+
+@contextmanager
+def importing_fairseq() -> Iterator[None]:
+    """Around a process's first fairseq import: its root logger kept, and the statistics
+    libraries two unused fairseq tasks import deferred to first use (deferred.py)."""
+    with root_logging_kept(), deferred():
+        yield
 
 
 @contextmanager

@@ -80,9 +80,9 @@ def remap_checkpoint(
     (source, target) ``old_dicts`` to ``new_dicts``; returns the map of each side."""
     import torch
 
-    from mtcore_plugins.common.fairseq_setup import add_safe_globals, root_logging_kept
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals, importing_fairseq
 
-    with root_logging_kept():
+    with importing_fairseq():
         from fairseq.data import Dictionary
 
     add_safe_globals()

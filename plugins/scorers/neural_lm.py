@@ -39,9 +39,10 @@ class NeuralLMScorer(Scorer):
     Config = NeuralLMConfig
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
-        from fairseq import checkpoint_utils
+        from mtcore_plugins.common.fairseq_setup import add_safe_globals, importing_fairseq
 
-        from mtcore_plugins.common.fairseq_setup import add_safe_globals
+        with importing_fairseq():
+            from fairseq import checkpoint_utils
         from mtcore_plugins.common.spm import load_spm
 
         super().setup(src, tgt, resources)
