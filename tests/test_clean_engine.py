@@ -25,7 +25,7 @@ from mtcore.textblock import BlockReader, TextBlock
 from mtcore_plugins.filters.dedup import KeySet
 from mtcore_plugins.sources.gettext import GettextSource
 
-from .conftest import ENJA, clean_split_recipe, real_slice
+from .conftest import ENJA, SHARED, clean_split_recipe, real_slice
 
 LANGS = ("en", "ja")
 
@@ -107,6 +107,32 @@ def test_repetition_equals_the_regex_on_real_and_repeated_lines(registry, config
     expected = [max(reference_repetitions(s, **config) for s in pair) for pair in pairs]
     assert scores.tolist() == expected
     assert sum(1 for e in expected if e) > 100  # the table exercises real repeats
+
+
+ZHEN = SHARED / "zh-en" / "wmt-conference+wmt21-news-systems" / "txt"
+
+
+def test_repetition_equals_the_regex_on_raw_news_length_chinese_and_english(registry):
+    """WMT21's raw Zh-En test set (unsegmented Chinese, news-length English; lines of 100 to
+    400 characters, where a gram recurs often and the scan's links are long), each line also
+    with a real piece of it repeated 1 to 3 times with and without spaces, against the regex."""
+    if not ZHEN.is_dir():
+        pytest.skip(f"real data not found at {ZHEN}")
+    zh = (ZHEN / "sources" / "newstest2021.zh-en.src.zh").read_text("utf-8").splitlines()
+    en = (ZHEN / "references" / "newstest2021.zh-en.ref.A.en").read_text("utf-8").splitlines()
+    rng = random.Random(11)
+    pairs = list(zip(zh, en, strict=True))
+    for a, b in list(pairs[:600]):
+        i, j = rng.randrange(len(a)), rng.randrange(len(b))
+        size, times = rng.choice([1, 2, 3, 5, 12]), rng.choice([2, 3, 4])
+        sep = rng.choice(["", " ", "  "])
+        pairs.append((a[:i] + sep.join([a[i : i + size]] * times) + a[i:], b))
+        pairs.append((a, b[:j] + sep.join([b[j : j + size]] * times) + b[j:]))
+    plugin = build(registry, "repetition")
+    scores = plugin.score_block(TextBlock.from_pairs(pairs, ("zh", "en")))
+    expected = [max(reference_repetitions(s) for s in pair) for pair in pairs]
+    assert scores.tolist() == expected
+    assert sum(1 for e in expected if e) > 300
 
 
 class _Reference(HTMLParser):

@@ -7,8 +7,9 @@ match (0 if none), the maximum over the sides; kept when below the threshold.
 That backtracking regex is most of OpusFilter's running time. Here a compiled scan over the
 shard's code points finds the regex's own match: the leftmost start, the shortest unit there
 (the lazy quantifier), its repeats taken greedily. It tries only the recurrences that begin with
-the unit's first characters, following a chain of next occurrences per line; the score is then
-counted on the matched text as OpusFilter counts it (``group(0).count(group(1)) - 1``)."""
+the unit's first characters, following links between positions whose first characters hash
+alike, and only from starts with two such links close enough; the score is then counted
+on the matched text as OpusFilter counts it (``group(0).count(group(1)) - 1``)."""
 
 from __future__ import annotations
 
@@ -76,11 +77,13 @@ def _first_matches(
     space: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
     """Per line, the regex's match: start and unit size and end (start -1: none). A unit's
-    first recurrence ``k`` starts with the unit's first ``gram`` characters (three when units
-    have at least three), so for each start ``i`` only the positions holding the same gram are
-    tried, following a chain of next occurrences built per line with a small hash table, each
-    with every unit size that puts ``k`` right after the unit and its trailing spaces. Starts
-    go left to right and sizes up, so the first hit is the regex's (leftmost, then lazy)."""
+    recurrences start with the unit's first ``gram`` characters (three when units have at
+    least three). One pass right to left links each position to the next one whose gram has
+    the same hash (a superset of the gram's own occurrences: every candidate is compared in
+    full), and keeps as candidate starts the non-space positions with ``threshold`` such
+    links within reach of two units and their spaces. Candidates are tried left to right,
+    each recurrence ``k`` with every unit size that puts ``k`` right after the unit and its
+    trailing spaces, sizes up, so the first hit is the regex's (leftmost, then lazy)."""
     first = np.full(len(starts), -1, dtype=np.int64)
     unit = np.zeros(len(starts), dtype=np.int64)
     stop = np.zeros(len(starts), dtype=np.int64)
@@ -88,23 +91,21 @@ def _first_matches(
         return first, unit, stop
     top = len(space) - 1
     gram = min(min_len, 3)
+    shift = 21 * (gram - 1)  # code points have 21 bits: three fit an int64 exactly
     longest = 1
     for line in range(len(starts)):
         longest = max(longest, ends[line] - starts[line])
-    cap = 16
-    while cap < 2 * longest + 2:
-        cap *= 2
-    table_key = np.zeros(cap, dtype=np.int64)
-    table_pos = np.zeros(cap, dtype=np.int64)
-    table_line = np.full(cap, -1, dtype=np.int64)  # which line wrote the slot: no resets
+    mask = 4095  # 32 KB of slots at least: few collisions, and it stays in cache
+    while mask < 4 * longest + 1:
+        mask = mask * 2 + 1
+    # per hash, its latest position; positions grow line by line, so >= start: this line's
+    last = np.full(mask + 1, -1, dtype=np.int64)
     nxt = np.full(longest + 1, -1, dtype=np.int64)  # per line, offsets from its start
+    cand = np.zeros(longest + 1, dtype=np.int64)
     for line in range(len(starts)):
         start, end = starts[line], ends[line]
         if end - start < min_len * (threshold + 1):
             continue
-        size_mask = 15  # a table of about twice the line's length: it stays in cache
-        while size_mask < 2 * (end - start) + 1:
-            size_mask = size_mask * 2 + 1
         widest = 0
         r = 0
         for x in range(start, end):
@@ -114,49 +115,72 @@ def _first_matches(
                     widest = r
             else:
                 r = 0
+        reach = 2 * (max_len + 1 + widest)  # from a unit's start to its second recurrence
+        key = np.int64(0)
+        for g in range(gram - 1):
+            key = (key << 21) | np.int64(codes[end - gram + 1 + g])
+        key <<= 21
+        found = 0
         for x in range(end - gram, start - 1, -1):
-            key = np.int64(codes[x])
-            for g in range(1, gram):
-                key = key * 1114112 + np.int64(codes[x + g])
-            # the product's high bits: its low ones depend on the key's low ones only (the
-            # last character's, since 1114112 = 17 * 2**16)
-            h = ((key * np.int64(-7046029254386353131)) >> 40) & size_mask
-            while table_line[h] == line and table_key[h] != key:
-                h = (h + 1) & size_mask
-            nxt[x - start] = table_pos[h] - start if table_line[h] == line else -1
-            table_line[h] = line
-            table_key[h] = key
-            table_pos[h] = x
-        for i in range(start, end - gram + 1):
-            if space[min(codes[i], top)]:  # the unit starts with \S
+            key = (np.int64(codes[x]) << shift) | (key >> 21)
+            # the product's high bits: its low ones depend on the key's low bits only
+            h = ((key * np.int64(-7046029254386353131)) >> 40) & mask
+            p = last[h]
+            last[h] = x
+            if p < start:
+                nxt[x - start] = -1
                 continue
-            found = 0
-            at = nxt[i - start]
-            k = start + at
-            while at >= 0 and k - i <= max_len + 1 + widest:
-                if threshold >= 2 and nxt[at] < 0:
-                    break  # k is the gram's last occurrence: no room for a second repeat
-                spaces = 0
-                while k - spaces - 1 >= start and codes[k - spaces - 1] == SPACE:
-                    spaces += 1
-                low = max(min_len, k - i - spaces)
-                high = min(max_len + 1, k - i)
-                for size in range(low, high + 1):
-                    if i + size * (threshold + 1) > end:
-                        break
-                    if _repeats_at(codes, i, size, k, end, threshold):
-                        found = size
-                        break
-                if found:
-                    break
-                at = nxt[at]
-                k = start + at
-            if found:
+            nxt[x - start] = p - start
+            if threshold >= 2:
+                after = nxt[p - start]
+                if after < 0 or after - (x - start) > reach:
+                    continue  # no second recurrence within reach
+            if space[min(codes[x], top)]:
+                continue  # the unit starts with \S
+            cand[found] = x
+            found += 1
+        for j in range(found - 1, -1, -1):
+            i = cand[j]
+            size, k = _first_unit(codes, i, start, end, nxt, min_len, max_len, threshold, widest)
+            if size:
                 first[line] = i
-                unit[line] = found
-                stop[line] = _match_end(codes, i, found, k, end)
+                unit[line] = size
+                stop[line] = _match_end(codes, i, size, k, end)
                 break
     return first, unit, stop
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_unit(
+    codes: np.ndarray,
+    i: int,
+    start: int,
+    end: int,
+    nxt: np.ndarray,
+    min_len: int,
+    max_len: int,
+    threshold: int,
+    widest: int,
+) -> tuple[int, int]:  # pragma: no cover (compiled)
+    """The shortest unit starting at ``i`` that recurs ``threshold`` times and where it first
+    recurs (size 0: none), trying the linked positions ``k`` in order, each with the sizes
+    that put ``k`` right after the unit and its spaces."""
+    at = nxt[i - start]
+    k = start + at
+    while at >= 0 and k - i <= max_len + 1 + widest:
+        if threshold >= 2 and nxt[at] < 0:
+            return 0, 0
+        spaces = 0
+        while k - spaces - 1 >= start and codes[k - spaces - 1] == SPACE:
+            spaces += 1
+        for size in range(max(min_len, k - i - spaces), min(max_len + 1, k - i) + 1):
+            if i + size * (threshold + 1) > end:
+                break
+            if _repeats_at(codes, i, size, k, end, threshold):
+                return size, k
+        at = nxt[at]
+        k = start + at
+    return 0, 0
 
 
 class RepetitionConfig(PluginConfig):
