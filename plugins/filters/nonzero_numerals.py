@@ -15,20 +15,41 @@ from pydantic import Field
 
 from mtcore.errors import PluginError
 from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock, TextColumn, code_table
+from mtcore.textblock import TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
-
-DIGITS = code_table("123456789")
 
 
 def digit_streams(column: TextColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ASCII digits 1-9 of the column in order, and per line their count and offset."""
-    codes = column.codes
-    counts = column.count_codes(DIGITS)
-    digits = codes[(codes >= 49) & (codes <= 57)] - 48 if counts.any() else codes[:0]
+    digits, counts = _digits(column.codes, column.starts, column.ends)
     offsets = np.zeros(column.count, dtype=np.int64)
     offsets[1:] = np.cumsum(counts)[:-1]
     return digits, counts, offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def _digits(
+    codes: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
+    """Per line the count of digits 1-9, then the digits themselves, read from the lines that
+    have any. The count is one unsigned comparison per code point in 32 bits, which the
+    compiler vectorizes (four times the speed of two comparisons in 64 bits)."""
+    counts = np.zeros(len(starts), dtype=np.int64)
+    for line in range(len(starts)):
+        n = np.uint32(0)
+        seg = codes[starts[line] : ends[line]]
+        for x in range(len(seg)):
+            n += np.uint32(seg[x] - np.uint32(49)) < np.uint32(9)
+        counts[line] = n
+    digits = np.empty(counts.sum(), dtype=np.int64)
+    at = 0
+    for line in range(len(starts)):
+        if counts[line]:
+            for x in range(starts[line], ends[line]):
+                if 49 <= codes[x] <= 57:
+                    digits[at] = codes[x] - 48
+                    at += 1
+    return digits, counts
 
 
 def numeral_ratios(a: TextColumn, b: TextColumn) -> np.ndarray:
