@@ -122,22 +122,22 @@ the workers; every other file is one group, so its module fixtures (trained mode
 once."""
 
 LONGEST = {
-    "test_rehearsal_paper_graph_runs_end_to_end[xiaomi]": 571,
-    "test_default_profile_runs_end_to_end[hwtsc]": 545,
-    "test_default_profile_runs_end_to_end[xiaomi]": 416,
-    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[hwtsc]": 344,
-    "test_default_profile_runs_end_to_end[yishu]": 325,
-    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[nt5]": 289,
-    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[yishu]": 233,
-    "test_rehearsal_paper_graph_runs_end_to_end[nt5]": 236,
-    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[xiaomi]": 220,
-    "test_smoke_profile_runs_end_to_end[nt5]": 195,
-    "test_smoke_profile_runs_end_to_end[hwtsc]": 170,
-    "test_rehearsal_paper_graph_runs_end_to_end[yishu]": 159,
-    "test_rehearsal_paper_graph_runs_end_to_end[hwtsc]": 158,
-    "test_default_profile_runs_end_to_end[nt5]": 156,
-    "test_smoke_profile_runs_end_to_end[xiaomi]": 127,
-    "test_smoke_profile_runs_end_to_end[yishu]": 89,
+    "test_rehearsal_paper_graph_runs_end_to_end[xiaomi]": 513,
+    "test_default_profile_runs_end_to_end[hwtsc]": 406,
+    "test_default_profile_runs_end_to_end[xiaomi]": 379,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[hwtsc]": 297,
+    "test_rehearsal_paper_graph_runs_end_to_end[nt5]": 290,
+    "test_default_profile_runs_end_to_end[yishu]": 273,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[nt5]": 241,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[xiaomi]": 225,
+    "test_kill_sweep_resumes_to_the_uninterrupted_outputs[yishu]": 180,
+    "test_smoke_profile_runs_end_to_end[nt5]": 168,
+    "test_smoke_profile_runs_end_to_end[hwtsc]": 162,
+    "test_rehearsal_paper_graph_runs_end_to_end[hwtsc]": 143,
+    "test_rehearsal_paper_graph_runs_end_to_end[yishu]": 141,
+    "test_default_profile_runs_end_to_end[nt5]": 122,
+    "test_smoke_profile_runs_end_to_end[xiaomi]": 105,
+    "test_smoke_profile_runs_end_to_end[yishu]": 86,
 }
 """Seconds the longest tests took in CI (2 workers; the kill sweeps reusing the fast tier's smoke
 runs). Only their order uses them: the longest start first (``--no-loadscope-reorder``), so the
