@@ -15,24 +15,26 @@ line).
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
 from mtcore.archives import CORRUPT, open_compressed
-from mtcore.corpus import BOM, INNER_BREAKS
+from mtcore.corpus import BOM
 from mtcore.errors import DataError
 from mtcore.plugin import Pair
-
-# Every code point Python's str.isspace() accepts (what str.split() splits on); the largest is
-# U+3000, so a table of U+0000..U+3001 answers for all code points once clipped to U+3001
-# (not a space: it stands for every code point above the table).
-_SPACE_LUT = np.array([chr(c).isspace() for c in range(0x3002)], dtype=np.bool_)
+from mtcore.textkernels import (
+    BAD_CHARS,
+    SPACE_LUT,
+    count_codes,
+    decode_column,
+    word_stats,
+)
 
 
 def line_of_offsets(offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -57,6 +59,21 @@ class TextColumn:
             self.__dict__["text"] = text
 
     @classmethod
+    def decoded(cls, raw: bytes, count: int, path: str, first_line: int) -> TextColumn:
+        """The column of ``count`` lines of a corpus file, checked (invalid UTF-8, NUL,
+        line-break characters, a BOM are errors naming file and line) and decoded to code
+        points in one compiled pass; its text is decoded only if a filter asks for it."""
+        arrays = decode_column(raw, count)
+        if arrays is None or (first_line == 1 and len(arrays[0]) and arrays[0][0] == 0xFEFF):
+            # what is wrong and where: Python's own decoder says it (and raises)
+            return cls(raw, count, _checked_text(raw, path, first_line))
+        column = cls(raw, count)
+        codes, ends, byte_ends, words, longest = arrays
+        column.__dict__.update(codes=codes, ends=ends, byte_ends=byte_ends)
+        column.__dict__["_word_stats"] = (words, longest)
+        return column
+
+    @classmethod
     def from_lines(cls, lines: Sequence[str]) -> TextColumn:
         text = "".join(line + "\n" for line in lines)
         return cls(text.encode("utf-8"), len(lines), text)
@@ -64,6 +81,18 @@ class TextColumn:
     @cached_property
     def text(self) -> str:
         return self.raw.decode("utf-8")
+
+    @cached_property
+    def byte_ends(self) -> np.ndarray:
+        """Offset in ``raw`` of each line's ``\\n``."""
+        return np.flatnonzero(np.frombuffer(self.raw, dtype=np.uint8) == 10)
+
+    def line(self, row: int) -> str:
+        """Line ``row`` (decodes that line alone when the column's text is not decoded)."""
+        if "text" in self.__dict__:
+            return self.text[self.starts[row] : self.ends[row]]
+        start = int(self.byte_ends[row - 1]) + 1 if row else 0
+        return self.raw[start : int(self.byte_ends[row])].decode("utf-8")
 
     @cached_property
     def lines(self) -> list[str]:
@@ -99,11 +128,11 @@ class TextColumn:
     @cached_property
     def is_space(self) -> np.ndarray:
         """``str.isspace()`` of every code point (the separators are spaces)."""
-        return _SPACE_LUT[np.minimum(self.codes, len(_SPACE_LUT) - 1)]
+        return SPACE_LUT[np.minimum(self.codes, len(SPACE_LUT) - 1)]
 
     @cached_property
     def _word_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return _word_stats(self.codes, self.starts, self.ends, _SPACE_LUT)
+        return word_stats(self.codes, self.starts, self.ends, SPACE_LUT)
 
     @cached_property
     def word_count(self) -> np.ndarray:
@@ -118,16 +147,21 @@ class TextColumn:
     def count_codes(self, table: np.ndarray) -> np.ndarray:
         """Per-line count of the code points ``c`` with ``table[c]`` true (a boolean table as
         :func:`code_table` makes; code points past its end count as false)."""
-        return _count_codes(self.codes, self.starts, self.ends, table)
+        return count_codes(self.codes, self.starts, self.ends, table)
 
     def count_in(self, mask: np.ndarray) -> np.ndarray:
         """Per-line count of code points where ``mask`` (aligned with ``codes``) is true."""
         return segment_sums(mask, self.starts, self.ends)
 
-    def lines_with(self, pattern: object) -> np.ndarray:
+    def lines_with(self, pattern: re.Pattern[str] | re.Pattern[bytes]) -> np.ndarray:
         """Sorted indices of the lines where the compiled regex ``pattern`` matches (patterns
-        must not match ``\\n``, so that a match never spans two lines)."""
-        hits = [m.start() for m in pattern.finditer(self.text)]  # type: ignore[attr-defined]
+        must not match ``\\n``, so that a match never spans two lines). A bytes pattern
+        searches the UTF-8 bytes, and the text need not be decoded."""
+        if isinstance(pattern.pattern, bytes):
+            hits = [m.start() for m in pattern.finditer(self.raw)]  # type: ignore[arg-type]
+            at = np.asarray(hits, dtype=np.int64)
+            return np.unique(np.searchsorted(self.byte_ends, at)) if hits else at
+        hits = [m.start() for m in pattern.finditer(self.text)]  # type: ignore[arg-type]
         if not hits:
             return np.zeros(0, dtype=np.int64)
         return np.unique(line_of_offsets(self.starts, np.asarray(hits, dtype=np.int64)))
@@ -171,58 +205,12 @@ class TextBlock:
         return TextBlock([c.take(rows) for c in self.columns], self.langs, self.first_line)
 
 
-# --- compiled kernels: one pass over the code points of a column -----------------------------
-
-
-@numba.njit(cache=True, nogil=True)
-def _word_stats(
-    codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, space: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
-    count = np.zeros(len(starts), dtype=np.int64)
-    longest = np.zeros(len(starts), dtype=np.int64)
-    last = len(space) - 1
-    for line in range(len(starts)):
-        words = 0
-        best = 0
-        run = 0
-        for x in range(starts[line], ends[line]):
-            if space[min(codes[x], last)]:
-                if run:
-                    words += 1
-                    best = max(best, run)
-                run = 0
-            else:
-                run += 1
-        if run:
-            words += 1
-            best = max(best, run)
-        count[line] = words
-        longest[line] = best
-    return count, longest
-
-
 def code_table(chars: str) -> np.ndarray:
     """A boolean table over code points, true for the characters of ``chars``."""
     points = [ord(c) for c in chars]
     table = np.zeros(max(points, default=0) + 1, dtype=np.bool_)
     table[points] = True
     return table
-
-
-@numba.njit(cache=True, nogil=True)
-def _count_codes(
-    codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, table: np.ndarray
-) -> np.ndarray:  # pragma: no cover (compiled)
-    out = np.zeros(len(starts), dtype=np.int64)
-    size = len(table)
-    for line in range(len(starts)):
-        n = 0
-        for x in range(starts[line], ends[line]):
-            c = codes[x]
-            if c < size and table[c]:
-                n += 1
-        out[line] = n
-    return out
 
 
 # --- reading blocks from corpus files -------------------------------------------------------
@@ -261,9 +249,10 @@ class RawBlock:
     def decode(self, langs: Sequence[str]) -> TextBlock:
         """Decode and check every side (invalid UTF-8, NUL, line-break characters, BOM are
         errors naming file and line); runs in the worker."""
-        columns = []
-        for raw, path in zip(self.raws, self.paths, strict=True):
-            columns.append(TextColumn(raw, self.count, _checked_text(raw, path, self.first_line)))
+        columns = [
+            TextColumn.decoded(raw, self.count, path, self.first_line)
+            for raw, path in zip(self.raws, self.paths, strict=True)
+        ]
         return TextBlock(columns, langs, self.first_line)
 
     def kept_bytes(self, side: int, keep: np.ndarray) -> bytes:
@@ -279,10 +268,6 @@ class RawBlock:
 
 
 _NL = b"\n"
-# NUL and every character mtcore.corpus.INNER_BREAKS matches (all below U+2030).
-_BAD_CHARS = ("\x00", *(chr(c) for c in range(0x2030) if INNER_BREAKS.match(chr(c))))
-_SINGLE_BAD = "".join(ch for ch in _BAD_CHARS if ord(ch) < 0x80).encode()
-_MULTI_BAD = tuple(ch for ch in _BAD_CHARS if ord(ch) >= 0x80)
 
 
 def _checked_text(raw: bytes, path: str, first_line: int) -> str:
@@ -297,10 +282,8 @@ def _checked_text(raw: bytes, path: str, first_line: int) -> str:
             f"{where(exc.start)}: invalid UTF-8 at byte {column} of the line "
             f"({raw[exc.start : exc.start + 4]!r}); a corpus inside the workdir must be UTF-8"
         ) from None
-    # bytes.translate over the bytes and str.find of single characters over the text run at
-    # memory speed; a regex over the text would cost more than decoding.
-    if len(raw.translate(None, _SINGLE_BAD)) != len(raw) or any(ch in text for ch in _MULTI_BAD):
-        at, ch = min((text.find(ch), ch) for ch in _BAD_CHARS if ch in text)
+    if any(ch in text for ch in BAD_CHARS):
+        at, ch = min((text.find(ch), ch) for ch in BAD_CHARS if ch in text)
         what = "NUL byte" if ch == "\x00" else f"line-break character {ch!r}"
         raise DataError(f"{where(len(text[:at].encode()))}: {what} inside a corpus line")
     if first_line == 1 and text.startswith(BOM):

@@ -2,7 +2,7 @@
 
 OpusFilter asks BeautifulSoup's ``html.parser`` builder whether the segment holds any element.
 That happens exactly when Python's ``html.parser`` reports a start tag, and it only tries one
-where ``<`` is followed by an ASCII letter. So one regex pass over the whole shard finds the
+where ``<`` is followed by an ASCII letter. So one regex pass over the shard's bytes finds the
 few candidate lines, and only those go through the parser: same decisions, a fraction of the
 time."""
 
@@ -18,8 +18,9 @@ from mtcore.plugin import PluginConfig
 from mtcore.textblock import TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
 
-# html.parser's ``starttagopen``: nothing else can begin an element.
-_CANDIDATE = re.compile(r"<[a-zA-Z]")
+# html.parser's ``starttagopen``: nothing else can begin an element. Searched in the UTF-8
+# bytes (``<`` and ASCII letters are single bytes there), so the text needs no decoding.
+_CANDIDATE = re.compile(rb"<[a-zA-Z]")
 # The parser's own (undocumented, version-specific) patterns, so that decisions match it.
 _STARTTAGOPEN: re.Pattern[str] = html_parser.starttagopen  # type: ignore[attr-defined]
 _TAGEND: re.Pattern[str] = html_parser.locatestarttagend_tolerant  # type: ignore[attr-defined]
@@ -84,11 +85,8 @@ def has_tag(text: str) -> bool:
 
 def tagged_lines(column: TextColumn) -> np.ndarray:
     out = np.zeros(column.count, dtype=bool)
-    rows = column.lines_with(_CANDIDATE)
-    if len(rows):  # cut the candidate lines out of the text (no split of the whole column)
-        text, starts, ends = column.text, column.starts, column.ends
-        for row in rows:
-            out[row] = has_tag(text[starts[row] : ends[row]])
+    for row in column.lines_with(_CANDIDATE):  # the candidate lines alone are decoded
+        out[row] = has_tag(column.line(int(row)))
     return out
 
 

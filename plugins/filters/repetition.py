@@ -9,7 +9,7 @@ shard's code points finds the regex's own match: the leftmost start, the shortes
 (the lazy quantifier), its repeats taken greedily. It tries only the recurrences that begin with
 the unit's first characters, following links between positions whose first characters hash
 alike, and only from starts with two such links close enough; the score is then counted
-on the matched text as OpusFilter counts it (``group(0).count(group(1)) - 1``)."""
+on the matched code points as OpusFilter counts it (``group(0).count(group(1)) - 1``)."""
 
 from __future__ import annotations
 
@@ -183,6 +183,32 @@ def _first_unit(
     return 0, 0
 
 
+@numba.njit(cache=True, nogil=True)
+def _scores(
+    codes: np.ndarray, first: np.ndarray, unit: np.ndarray, stop: np.ndarray
+) -> np.ndarray:  # pragma: no cover (compiled)
+    """Per line, ``group(0).count(group(1)) - 1`` of its match (0 without one): the unit's
+    occurrences in the matched text, without overlaps, left to right, as ``str.count``."""
+    out = np.zeros(len(first), dtype=np.int64)
+    for line in range(len(first)):
+        i, size, end = first[line], unit[line], stop[line]
+        if i < 0:
+            continue
+        found = 0
+        k = i
+        while k + size <= end:
+            t = 0
+            while t < size and codes[k + t] == codes[i + t]:
+                t += 1
+            if t == size:
+                found += 1
+                k += size
+            else:
+                k += 1
+        out[line] = found - 1
+    return out
+
+
 class RepetitionConfig(PluginConfig):
     threshold: int = Field(2, ge=1, le=1000, description="repetitions (after the first) rejected")
     min_length: int = Field(3, ge=1, le=1000, description="shortest repeated unit")
@@ -214,9 +240,8 @@ class RepetitionFilter(ArrayFilter):
 
     def column_scores(self, column: TextColumn) -> np.ndarray:
         c = self.config
-        out = np.zeros(column.count, dtype=np.int64)
         if not column.count:
-            return out
+            return np.zeros(0, dtype=np.int64)
         first, unit, stop = _first_matches(
             column.codes,
             column.starts,
@@ -226,13 +251,7 @@ class RepetitionFilter(ArrayFilter):
             c.threshold,
             REGEX_SPACE,
         )
-        rows = np.flatnonzero(first >= 0)
-        if not len(rows):
-            return out
-        text = column.text  # code point offsets are str offsets
-        for row, at, size, end in zip(rows, first[rows], unit[rows], stop[rows], strict=True):
-            out[row] = text[at:end].count(text[at : at + size]) - 1
-        return out
+        return _scores(column.codes, first, unit, stop)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
         per_side = [self.column_scores(col) for col in block.columns]
