@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.config import JsonDict
 
 from mtcore.errors import PluginError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class PluginConfig(BaseModel):
@@ -170,10 +173,18 @@ class Filter(Plugin):
 
 
 class Processor(Plugin):
-    """Rewrites text: ``process(batch, lang) -> same-length list``."""
+    """Rewrites text: ``process(batch, lang) -> same-length list``.
+
+    A processor may also have a compiled path, ``process_codes(codes, lang)``: the batch as a
+    ``uint32`` array of code points, each line ended by ``\\n`` (a decoded column's layout),
+    rewritten to the same layout and line count. The ``normalize`` step then never builds
+    ``str`` lines for it. ``None`` (the default) means there is no such path."""
 
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
         raise NotImplementedError
+
+    def process_codes(self, codes: np.ndarray, lang: str) -> np.ndarray | None:
+        return None
 
 
 class Augmenter(Plugin):

@@ -37,6 +37,11 @@ from mtcore.textkernels import (
 )
 
 
+def lines_of_codes(codes: np.ndarray) -> list[str]:
+    """The lines of code points laid out as a column's (each line ended by ``\\n``)."""
+    return codes.astype("<u4", copy=False).tobytes().decode("utf-32-le").split("\n")[:-1]
+
+
 def line_of_offsets(offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """The line index of each position, given the start offsets of the lines."""
     return np.searchsorted(offsets, positions, side="right") - 1

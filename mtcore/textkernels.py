@@ -173,3 +173,87 @@ def count_codes(
                 n += 1
         out[line] = n
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def encode_utf8(codes: np.ndarray) -> np.ndarray:  # pragma: no cover (compiled)
+    """The UTF-8 bytes of code points (valid scalar values, as a decoded column holds)."""
+    size = 0
+    for c in codes:
+        size += 1 if c < 0x80 else 2 if c < 0x800 else 3 if c < 0x10000 else 4
+    out = np.empty(size, dtype=np.uint8)
+    m = 0
+    for c in codes:
+        if c < 0x80:
+            out[m] = c
+            m += 1
+        elif c < 0x800:
+            out[m] = 0xC0 | (c >> 6)
+            out[m + 1] = 0x80 | (c & 0x3F)
+            m += 2
+        elif c < 0x10000:
+            out[m] = 0xE0 | (c >> 12)
+            out[m + 1] = 0x80 | ((c >> 6) & 0x3F)
+            out[m + 2] = 0x80 | (c & 0x3F)
+            m += 3
+        else:
+            out[m] = 0xF0 | (c >> 18)
+            out[m + 1] = 0x80 | ((c >> 12) & 0x3F)
+            out[m + 2] = 0x80 | ((c >> 6) & 0x3F)
+            out[m + 3] = 0x80 | (c & 0x3F)
+            m += 4
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _line_changes(
+    before: np.ndarray, after: np.ndarray, ends: np.ndarray, new_ends: np.ndarray
+) -> int:  # pragma: no cover (compiled)
+    changed = 0
+    for line in range(len(ends)):
+        a = ends[line - 1] + 1 if line else 0
+        b = new_ends[line - 1] + 1 if line else 0
+        size = ends[line] - a
+        if new_ends[line] - b != size:
+            changed += 1
+            continue
+        for t in range(size):
+            if before[a + t] != after[b + t]:
+                changed += 1
+                break
+    return changed
+
+
+def line_changes(before: np.ndarray, after: np.ndarray) -> int:
+    """How many lines differ between two arrays of as many lines (each ended by ``\\n``)."""
+    if len(before) == len(after) and np.array_equal(before, after):
+        return 0
+    return int(
+        _line_changes(before, after, np.flatnonzero(before == 10), np.flatnonzero(after == 10))
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _faulty(codes: np.ndarray, kinds: np.ndarray) -> bool:  # pragma: no cover (compiled)
+    """Whether any code point is forbidden in a line or not a Unicode scalar value (no
+    branch per code point: the loop vectorizes)."""
+    top = len(kinds) - 1  # the last entry is a word character: it stands for those above
+    bad = False
+    for c in codes:
+        bad |= (kinds[min(c, top)] == FORBIDDEN) | (c > 0x10FFFF) | ((c >= 0xD800) & (c < 0xE000))
+    return bad
+
+
+def first_fault(codes: np.ndarray, count: int) -> int:
+    """-1 when ``codes`` are ``count`` lines each ended by ``\\n``, without a forbidden
+    character or a code point that is not a Unicode scalar value; else the line at fault
+    (``count``: a missing or surplus line)."""
+    ends = np.flatnonzero(codes == 10)
+    if len(ends) != count or (count and ends[-1] != len(codes) - 1):
+        return count
+    if not _faulty(codes, KINDS):
+        return -1
+    top = len(KINDS) - 1
+    wrong = (KINDS[np.minimum(codes, top)] == FORBIDDEN) | (codes > 0x10FFFF)
+    wrong |= (codes >= 0xD800) & (codes < 0xE000)
+    return int(np.searchsorted(ends, np.flatnonzero(wrong)[0]))

@@ -10,6 +10,7 @@ import html
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mtcore.errors import RecipeError, StepError
@@ -17,7 +18,7 @@ from mtcore.recipe import build_recipe
 from mtcore.runner import Runner
 from mtcore.textblock import BlockReader
 from mtcore_plugins.sources.gettext import parse_mo
-from mtcore_plugins.steps.normalize import checked
+from mtcore_plugins.steps.normalize import checked, checked_codes
 from mtcore_plugins.steps.truecase import TruecaseModel, count_casing, detruecase
 
 from .conftest import ENJA, SHARED, local_data
@@ -551,6 +552,49 @@ def test_a_processor_output_with_a_line_break_is_an_error(tmp_path):
         checked([lines[0], "a\u2028b", lines[2]], lines, "processor 'x'", raw, 1, "ja")
     with pytest.raises(StepError, match="returned 2 lines for 3"):
         checked(lines[:2], lines, "processor 'x'", raw, 0, "en")
+
+
+def test_a_compiled_processor_output_is_checked_as_lines_are(tmp_path):
+    files = tatoeba_slice(tmp_path / "data", 3)
+    raw = next(iter(BlockReader([files["en"], files["ja"]], 10)))
+
+    def codes(text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+
+    good = codes("a\nb\nc\n")
+    assert checked_codes(good, 3, "processor 'x'", raw, 0, "en") is good
+    with pytest.raises(StepError, match=r"produced a line break.*tatoeba.ja:2 \(ja\)"):
+        checked_codes(codes("a\nb\u2028\nc\n"), 3, "processor 'x'", raw, 1, "ja")
+    with pytest.raises(StepError, match=r"produced a line break.*tatoeba.en:3 "):
+        checked_codes(codes("a\nb\nc\x00\n"), 3, "processor 'x'", raw, 0, "en")
+    with pytest.raises(StepError, match=r"invalid code point in .*tatoeba.en:1 "):
+        checked_codes(np.array([0xD800, 10, 10, 10], np.uint32), 3, "processor 'x'", raw, 0, "en")
+    for wrong in ("a\nb\n", "a\nb\nc\nd\n", "a\nb\nc"):  # a line short, one more, no end
+        with pytest.raises(StepError, match="processor 'x' returned [0-9] lines for 3"):
+            checked_codes(codes(wrong), 3, "processor 'x'", raw, 0, "en")
+    with pytest.raises(StepError, match="returned list from process_codes, not a uint32 array"):
+        checked_codes(["a", "b", "c"], 3, "processor 'x'", raw, 0, "en")
+
+
+def test_compiled_and_line_processors_mix_in_one_chain(tmp_path, registry):
+    """unicode and whitespace run on code points, html on lines in between: the output and
+    every counter are what the plain per-line functions give."""
+    data = tmp_path / "data"
+    data.mkdir()
+    en = ["  Ｔｏｍ &amp;  Mary ", "\u3000", "e\u0301 ﬁ", "plain", "", " <b> </b> "]
+    ja = ["カ\uff9e  き", "ｶﾞｷ", "　", "①②", "x", "y"]
+    files = {"en": data / "c.en", "ja": data / "c.ja"}
+    for lang, lines in (("en", en), ("ja", ja)):
+        files[lang].write_text("".join(f"{x}\n" for x in lines), encoding="utf-8")
+    chain = ["unicode", {"name": "html", "strip_tags": True}, "whitespace"]
+    result = run(registry, normalize_doc(files, chain, shard_size=4), tmp_path / "w")
+    counts = result.manifest("norm")["counts"]
+    out = outputs(tmp_path / "w")
+    assert out["en"] == ["Tom & Mary", "", "\u00e9 fi", "plain", "", ""]
+    assert out["ja"] == ["ガ き", "ガキ", "", "12", "x", "y"]
+    assert counts["changed.unicode.en"] == 3 and counts["changed.unicode.ja"] == 4
+    assert counts["changed.whitespace.en"] == 3 and counts["changed.whitespace.ja"] == 2
+    assert counts["emptied.en"] == 2 and counts["emptied.ja"] == 1  # ideographic spaces, tags
 
 
 # --- truecasing ----------------------------------------------------------------------------

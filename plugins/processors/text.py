@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import html
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from mtcore.corpus import INNER_BREAKS
 from mtcore.plugin import PluginConfig, Processor
+from mtcore_plugins.processors._compiled import (
+    normalize_codes,
+    normalized,
+    squeeze_codes,
+    squeezed,
+)
 
 _BREAKS = re.compile(f"\n|{INNER_BREAKS.pattern}")
 
@@ -41,18 +47,17 @@ class UnicodeConfig(PluginConfig):
 
 
 class UnicodeProcessor(Processor):
-    """Unicode normalization (``unicodedata.normalize``)."""
+    """Unicode normalization (``unicodedata.normalize``, by a table for most lines)."""
 
     name = "unicode"
     Config = UnicodeConfig
     config: UnicodeConfig
 
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
-        form = self.config.form
-        return [
-            line if unicodedata.is_normalized(form, line) else unicodedata.normalize(form, line)
-            for line in batch
-        ]
+        return normalized(batch, self.config.form)
+
+    def process_codes(self, codes: np.ndarray, lang: str) -> np.ndarray:
+        return normalize_codes(codes, self.config.form)
 
 
 # --- full width / half width ---------------------------------------------------------------
@@ -284,7 +289,10 @@ class WhitespaceProcessor(Processor):
     config: WhitespaceConfig
 
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
-        return [" ".join(line.split()) for line in batch]
+        return squeezed(batch)
+
+    def process_codes(self, codes: np.ndarray, lang: str) -> np.ndarray:
+        return squeeze_codes(codes)
 
 
 class LowercaseConfig(PluginConfig):
