@@ -64,7 +64,7 @@ def clean_corpus(
     out = _Output(writer, len(specs), reject_samples)
     verdict_store = ctx.scratch("verdicts")
     pairs_in = 0
-    with ctx.progress(source.count(), "clean") as bar:
+    with ctx.progress(source.count, "clean") as bar:
         results = map_chain(ctx, chain_task, source.files(), langs, specs, shard_size)
         for number, (raw, result) in enumerate(results):
             final = stage.resolve(result)

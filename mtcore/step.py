@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -79,9 +80,13 @@ class StepContext:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def progress(self, total: int | None, desc: str) -> Any:
+    def progress(self, total: int | Callable[[], int] | None, desc: str) -> Any:
+        """A progress bar; ``total`` may be a function, called only when the bar is shown
+        (counting a corpus's lines reads it once more)."""
         from tqdm import tqdm
 
+        if callable(total):
+            total = total() if self.show_progress else None
         return tqdm(
             total=total,
             desc=f"{self.step_id}: {desc}",

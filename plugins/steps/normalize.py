@@ -214,7 +214,7 @@ def rewrite_corpus(
     langs = source.langs
     with (
         CorpusWriter(ctx.output("corpus"), langs, source.name) as writer,
-        ctx.progress(source.count(), desc) as bar,
+        ctx.progress(source.count, desc) as bar,
     ):
         results = map_shards(
             ctx.executor,
