@@ -26,9 +26,10 @@ cs-en: Latin), repeated to ``--pairs`` pairs (1M by default) with a tenth of eac
 crawl-like defect (markup, repeated characters, truncation, a repeated or empty side, a copied
 source). Per language pair it prints, each as seconds, pairs/s and MB/s of input: ingestion
 (the ``fetch`` step of a ``local`` data entry through the default input policy, with its cold
-content fingerprint apart) and the ``clean`` step with 1 and 2 workers; a bare Python loop over
-the two files; whole ``mtcore run`` processes (fetch + clean) on one core (``taskset -c 0``,
-one worker) and with two workers, beside OpusFilter on one core; and the keep/drop agreement.
+content fingerprint apart), the ``clean`` step and the ``normalize`` step (NFKC + whitespace)
+with 1 and 2 workers; a bare Python loop over the two files; whole ``mtcore run`` processes
+(fetch + clean) on one core (``taskset -c 0``, one worker) and with two workers, beside
+OpusFilter on one core; and the keep/drop agreement.
 
     .venv/bin/python bench/clean_speed.py --corpus news [--pairs 1000000] [--pair zh-en|cs-en]
 """
@@ -170,6 +171,15 @@ def run_mtcore(
 
     step = CleanStep.from_dict({"filters": MTCORE_CHAIN, "shard_size": shard_size})
     return timed_step(step, work, {"corpus": Artifact.open(corpus)}, executor), work / "corpus"
+
+
+def run_normalize(corpus: Path, work: Path, executor: Any) -> float:
+    """Seconds of the ``normalize`` step (NFKC + whitespace, the usual first rewrite)."""
+    from mtcore.step import Artifact
+    from mtcore_plugins.steps.normalize import NormalizeStep
+
+    step = NormalizeStep.from_dict({"processors": ["unicode", "whitespace"]})
+    return timed_step(step, work, {"corpus": Artifact.open(corpus)}, executor)
 
 
 def timed_step(step: Any, work: Path, inputs: dict[str, Any], executor: Any) -> float:
@@ -319,6 +329,7 @@ def news_bench(pair: str, target: int, skip_opusfilter: bool) -> None:
                 start = time.perf_counter()
                 warm = write_corpus(work / f"warm-in-{workers}", pairs[:1000], 1, langs)
                 run_mtcore(warm[langs[0]].parent, work / f"warm-{workers}", executor, 100)
+                run_normalize(warm[langs[0]].parent, work / f"warm-n-{workers}", executor)
                 tiny = Block(("-",) * len(langs), 1, 1, (), (b"x\n",) * len(langs))
                 list(executor.map(check_block, [(tiny, InputPolicy())] * 2 * workers))
                 print(f"{workers} worker(s) started in {time.perf_counter() - start:.1f} s")
@@ -326,6 +337,9 @@ def news_bench(pair: str, target: int, skip_opusfilter: bool) -> None:
                 print(rate(f"ingestion (fetch step), {workers} worker(s)", seconds, total, size))
                 cleaned[workers] = run_mtcore(fetched[workers], work / f"clean-{workers}", executor)
                 print(rate(f"clean step, {workers} worker(s)", cleaned[workers][0], total, size))
+                seconds = run_normalize(fetched[workers], work / f"norm-{workers}", executor)
+                print(rate(f"normalize step (NFKC, whitespace), {workers} worker(s)", seconds,
+                           total, size))  # fmt: skip
             finally:
                 executor.close()
         same = all(

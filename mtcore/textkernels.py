@@ -125,8 +125,12 @@ def decode_column(raw: bytes, count: int) -> tuple[np.ndarray, ...] | None:
     """``(codes, ends, byte_ends, word_count, longest_word)`` of ``count`` lines of UTF-8, each
     ending in ``\\n``; ``None`` when the bytes are not valid UTF-8, hold a forbidden character
     or another number of lines (the caller finds what and where, for its message)."""
-    *arrays, error = _decode(np.frombuffer(raw, dtype=np.uint8), count, KINDS)
-    return None if error >= 0 else tuple(arrays)
+    codes, *arrays, error = _decode(np.frombuffer(raw, dtype=np.uint8), count, KINDS)
+    if error >= 0:
+        return None
+    if 4 * len(codes) < 3 * len(raw):  # multi-byte text: free the room its bytes would need
+        codes = codes.copy()
+    return (codes, *arrays)
 
 
 @numba.njit(cache=True, nogil=True)
