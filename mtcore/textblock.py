@@ -9,7 +9,9 @@ Python loop per pair; filters that are not get ``block.pairs()`` (the engine's f
 Blocks are read by :class:`BlockReader` straight from the corpus files: the driver only cuts
 bytes at newlines, workers decode and check them (strictly: a corpus inside a workdir was
 already checked by the step that wrote it, so anything odd here is an error naming file and
-line).
+line). A column read so comes from :meth:`TextColumn.decoded`: the checks, the code points,
+line bounds and word statistics in one compiled pass (:mod:`mtcore.textkernels`), the text
+decoded only if something asks for it.
 """
 
 from __future__ import annotations
