@@ -42,10 +42,14 @@ def as_codes(lines: Sequence[str]) -> np.ndarray | None:
     if text.count("\n") != len(lines):
         return None
     try:
-        data = text.encode("utf-32-le")
+        return utf32(text)
     except UnicodeEncodeError:  # a lone surrogate (text read with surrogateescape)
         return None
-    return np.frombuffer(data, dtype="<u4")
+
+
+def utf32(text: str) -> np.ndarray:
+    """The code points of ``text`` (scalar values only)."""
+    return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
 
 
 def _seconds() -> set[int]:
@@ -137,7 +141,7 @@ def normalize_codes(codes: np.ndarray, form: Form) -> np.ndarray:
     before, after = lines_of_codes(codes), lines_of_codes(out)
     for row in rows:
         after[row] = unicodedata.normalize(form, before[row])
-    return np.frombuffer(("\n".join(after) + "\n").encode("utf-32-le"), dtype="<u4")
+    return utf32("\n".join(after) + "\n")
 
 
 def normalized(lines: Sequence[str], form: Form) -> list[str]:

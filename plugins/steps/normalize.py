@@ -183,11 +183,16 @@ def normalize_task(
                 codes = out
                 continue
             if lines is None:  # code points until now
-                unchanged = codes is None or codes is column.codes
-                lines = column.lines if unchanged or codes is None else lines_of_codes(codes)
+                if codes is None or codes is column.codes:
+                    lines = column.lines
+                else:
+                    lines = lines_of_codes(codes)
             new = checked(plugin.process(lines, lang), lines, who, raw, side, lang)
             counts[changed] += sum(map(operator.ne, lines, new))
             lines, codes = new, None
+        if lines is None and codes is column.codes:  # no processor for this side
+            sides.append(column.raw)
+            continue
         if codes is not None:
             ends = np.flatnonzero(codes == 10)
             empty = np.diff(ends, prepend=-1) == 1
