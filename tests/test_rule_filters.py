@@ -1,7 +1,8 @@
 # ruff: noqa: RUF001, RUF003 (full-width marks are what these rules are about)
 """The papers' rule filters, ``script_ratio``, ``placeholders`` and the ``ui_strings`` processor
-on real lines: Tatoeba En-Ja/En-Zh test sets, small_parallel_enja, the Microtopia Weibo corpus
-and the machine's ja/zh_CN gettext catalogs. Every row names the corpus its pair comes from and
+on real lines: Tatoeba En-Ja/En-Zh test sets, small_parallel_enja, the Microtopia Weibo corpus,
+WMT22's Zh-En sources with one system's (DLUT) raw outputs and the machine's ja/zh_CN gettext
+catalogs. Every row names the corpus its pair comes from and
 the test checks that the pair is really there; a row that edits a real pair says so and keeps
 the real pair as ``base``."""
 
@@ -29,6 +30,7 @@ TATOEBA = {
 }
 TATOEBA_SIDES = {"tatoeba-enja": ("eng", "jpn"), "tatoeba-enzh": ("eng", "zho")}
 MICROTOPIA = SHARED / "zh-en/wlin12+SMMTT/data/parallel/microtopia.en-zh"
+WMT22_ZHEN = SHARED / "zh-en/wmt-conference+wmt22-news-systems/txt"
 LOCALE = Path("/usr/share/locale")
 LANGS = {
     "tatoeba-enja": ("en", "ja"),
@@ -37,6 +39,7 @@ LANGS = {
     "tatoeba-enzh": ("en", "zh"),
     "microtopia": ("en", "zh"),
     "gettext-zh_CN": ("en", "zh"),
+    "wmt22-zhen-dlut": ("zh", "en"),
 }
 
 
@@ -80,6 +83,10 @@ def corpus(name: str) -> list[tuple[str, str]]:
         return list(zip(_lines(Path(f"{stem}.{a}")), _lines(Path(f"{stem}.{b}")), strict=True))
     if name == "small-enja":
         return list(zip(_lines(ENJA / "train.en"), _lines(ENJA / "train.ja"), strict=True))
+    if name == "wmt22-zhen-dlut":  # source and a system's output, line by line
+        zh = _lines(WMT22_ZHEN / "sources/generaltest2022.zh-en.src.zh")
+        en = _lines(WMT22_ZHEN / "system-outputs/generaltest2022.zh-en.hyp.DLUT.en")
+        return list(zip(zh, en, strict=True))
     if name == "microtopia":  # "<English> ||| <Chinese>"
         return [tuple(line.split(" ||| ", 1)) for line in _lines(MICROTOPIA)]  # type: ignore[misc]
     return _gettext(name.split("-", 1)[1])
@@ -108,6 +115,16 @@ AMP = (
     "一旦風呂＆飯落ち、４０分ぐらいして帰還！",
 )
 LOL = ("LOLOLOLOL!", "草草の草ァ！")
+DLUT_POWER = (  # WMT22 zh-en source line 103 and DLUT's output
+    "小功率编码器电缆 中大功率编码器电缆 小功率动力线 中大功率动力线",
+    "Small Power Encoder Cable High Power Encoder Cable Small Power Power Power Power Power Cable "
+    "High Power Power Power Power Cable",
+)
+DLUT_FEBRUARY = (  # line 1474
+    "随机挑选三个热搜：二月二龙抬头、好丽友涨价、货拉拉事件，舆情扩散形成波峰，然后【指数下降】"
+    "（平滑曲线）最终消散，如果产生次生舆情会有小驼峰再次出现。",
+    "Three hot searches were randomly selected: " + ", ".join(["February"] * 95),
+)
 CHEERS = (
     "Cheersssss!!!! To new day! A new album a new me!!!! ;-) so much love to EVERY1 who helped "
     "make this moment",
@@ -218,6 +235,54 @@ CASES = [
         {"ignore_digits": True},
         "tatoeba-enja",
         ("I borrowed 1000000 yen from my cousin.", TATOEBA_JA_PAIR[1]),
+        True,
+        TATOEBA_JA_PAIR,
+    ),
+    # words (Yishu's recipe reads the rule for English as words too): a raw WMT22 system
+    # output stutters a word, as machine translation does, which the character limits alone
+    # do not see ("Power " is six characters) ...
+    Case("char_repetition", {}, "wmt22-zhen-dlut", DLUT_POWER, True),
+    Case("char_repetition", {"words": 4}, "wmt22-zhen-dlut", DLUT_POWER, False),  # Power x5
+    # ... trailing punctuation belongs to the word ("February, " 95 times) ...
+    Case("char_repetition", {"words": 4}, "wmt22-zhen-dlut", DLUT_FEBRUARY, False),
+    # ... four in a row is within the limit (one "Power" edited out of the five)
+    Case(
+        "char_repetition",
+        {"words": 4},
+        "wmt22-zhen-dlut",
+        (
+            DLUT_POWER[0],
+            DLUT_POWER[1].replace("Power Power Power Power Power", "Power " * 3 + "Power"),
+        ),
+        True,
+        DLUT_POWER,
+    ),
+    # a word must repeat whole: "Powerful" after four "Power"s is not a fifth
+    Case(
+        "char_repetition",
+        {"words": 4},
+        "wmt22-zhen-dlut",
+        (
+            DLUT_POWER[0],
+            DLUT_POWER[1].replace("Power Power Power Power Power", "Power " * 4 + "Powerful"),
+        ),
+        True,
+        DLUT_POWER,
+    ),
+    # a number repeated five times: a word, unless digits are ignored
+    Case(
+        "char_repetition",
+        {"words": 4},
+        "tatoeba-enja",
+        ("I borrowed 1000 1000 1000 1000 1000 yen from my cousin.", TATOEBA_JA_PAIR[1]),
+        False,
+        TATOEBA_JA_PAIR,
+    ),
+    Case(
+        "char_repetition",
+        {"words": 4, "ignore_digits": True},
+        "tatoeba-enja",
+        ("I borrowed 1000 1000 1000 1000 1000 yen from my cousin.", TATOEBA_JA_PAIR[1]),
         True,
         TATOEBA_JA_PAIR,
     ),
@@ -636,6 +701,7 @@ ALL = [
     ("avg_word_length", {}),
     ("escaped_html", {}),
     ("char_repetition", {}),
+    ("char_repetition", {"words": 4, "ignore_digits": True}),
     ("final_punctuation", {}),
     ("brackets", {"balanced": True}),
     ("numbers", {}),
@@ -693,6 +759,7 @@ def test_configs_reject_bad_values(registry) -> None:
 
     for name, values in [
         ("char_repetition", {"limits": {0: 4}}),
+        ("char_repetition", {"words": 0}),
         ("avg_word_length", {"max_ratio": 0}),
         ("numbers", {"min_digits": 0}),
         ("script_ratio", {"preset": "deepl"}),

@@ -244,6 +244,13 @@ class CharRepetitionConfig(PluginConfig):
         description="unit length in characters -> most consecutive occurrences of a unit kept",
     )
     ignore_digits: bool = Field(False, description="runs made of digits only (1000000) pass")
+    words: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="most consecutive occurrences of one whitespace-separated word kept "
+        "(the the the the the); none: no word rule",
+    )
 
     @field_validator("limits")
     @classmethod
@@ -256,13 +263,21 @@ class CharRepetitionConfig(PluginConfig):
         return value
 
 
-def repetition_pattern(limits: dict[int, int], ignore_digits: bool) -> re.Pattern[str]:
+def repetition_pattern(
+    limits: dict[int, int], ignore_digits: bool, words: int | None = None
+) -> re.Pattern[str]:
     """One alternative per unit length ``n``: a unit of ``n`` characters followed by at least
-    ``limit`` more copies of itself (so ``limit + 1`` occurrences in a row)."""
+    ``limit`` more copies of itself (so ``limit + 1`` occurrences in a row); with ``words``, one
+    more: a whole word followed by at least ``words`` more copies, each after spaces or tabs."""
     parts = []
+    group = 0
     for group, (unit, limit) in enumerate(sorted(limits.items()), start=1):
         guard = rf"(?=.{{0,{unit - 1}}}\D)" if ignore_digits else ""
         parts.append(rf"({guard}.{{{unit}}})\{group}{{{limit},}}")
+    if words is not None:
+        guard = r"(?!\d+(?!\S))" if ignore_digits else ""
+        group += 1
+        parts.append(rf"(?<!\S)({guard}\S+)(?:[^\S\n]+\{group}(?!\S)){{{words},}}")
     return re.compile("|".join(parts))
 
 
@@ -275,7 +290,8 @@ class CharRepetitionFilter(ArrayFilter):
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
         super().setup(langs, resources)
-        self.pattern = repetition_pattern(self.config.limits, self.config.ignore_digits)
+        config = self.config
+        self.pattern = repetition_pattern(config.limits, config.ignore_digits, config.words)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
         return per_side(block, lambda c: matches_per_line(c, self.pattern))
