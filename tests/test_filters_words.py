@@ -18,6 +18,7 @@ JA_NEWS = (
 )
 ZH_NEWS = "国家统计局今天发布数据显示，今年前三季度国内生产总值同比增长百分之三，经济运行总体稳定。"  # noqa: RUF001
 EN_NEWS = "The government says it will do its utmost to stop the spread of the virus."
+WHY = ("Why?", "どうしてだろう\uff1f")  # WMT23 general test set, en-ja line 182
 URL = "https://example.com/news/2022/11/very-long-article-name-here.html"
 
 
@@ -127,6 +128,15 @@ def test_token_cache_segments_each_line_once(monkeypatch):
     monkeypatch.setattr(_tokens, "CACHE_LINES", 2)
     _tokens.count_tokens(["一", "二", "三"], "ja")
     assert len(shards._WORKER_MEMO[("token lengths", "ja")]) <= 2
+
+
+def test_japanese_words_come_from_the_ipa_dictionary(registry):
+    """NT5 §3.2, footnote 3: "MeCab ... with the IPA dictionary". UniDic cuts finer, and the
+    word-ratio rule (> 4) then dropped WMT23's clean En-Ja pair WHY (source and reference line
+    182): five UniDic words against one English word."""
+    assert _tokens.tokens(WHY[1], "ja") == ["どうして", "だろ", "う", "\uff1f"]
+    ratio = build(registry, "length_ratio", unit="token", max_ratio=4)
+    assert verdict(ratio, WHY, ("en", "ja"))
 
 
 def test_latin_runs_inside_cjk_stay_whole():

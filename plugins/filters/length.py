@@ -19,7 +19,8 @@ Unit = Literal["char", "word", "token"]
 
 def column_lengths(column: TextColumn, lang: str, unit: str) -> np.ndarray:
     """``char``: ``len(line)``; ``word``: ``len(line.split())``; ``token``: words of a real
-    segmenter for Japanese (MeCab/UniDic, as NT5 §3.2) and Chinese (jieba), else ``word``."""
+    segmenter for Japanese (MeCab with the IPA dictionary, as NT5 §3.2) and Chinese (jieba),
+    else ``word``."""
     if unit == "char":
         return column.char_len
     if unit == "token" and segmenter_lang(lang) in ("ja", "zh"):
