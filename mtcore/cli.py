@@ -103,7 +103,22 @@ def plan(recipe: Path, profile: str | None, sets: tuple[str, ...], workdir: Path
 @click.option(
     "--until", default=None, metavar="STEP", help="Stop after this step (and what it needs)."
 )
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="NAME",
+    help="Where steps run: local (default), ray, slurm (replaces the recipe's scheduler:).",
+)
+@click.option(
+    "--slots",
+    default=None,
+    metavar="cpu=N,gpu=M",
+    help="Cap what running steps hold at once (cpu=1: one step at a time).",
+)
+@click.option(
+    "--keep-going", is_flag=True, help="After a failure, run every step that does not need it."
+)
 @click.option(
     "--ablate",
     "ablations",
@@ -119,12 +134,20 @@ def run(
     workdir: Path | None,
     until: str | None,
     quiet: bool,
+    scheduler: str | None,
+    slots: str | None,
+    keep_going: bool,
     ablations: tuple[str, ...],
 ) -> None:
-    """Run a recipe; completed steps are reused, a killed run resumes."""
+    """Run a recipe: ready steps run side by side where their resources allow; completed
+    steps are reused, a killed run resumes."""
+    from mtcore.resources import parse_slots
     from mtcore.runner import Runner
 
+    caps = parse_slots(slots) if slots else None
     registry, loaded, hooks = _load(recipe, profile, sets)
+    if scheduler is not None:
+        registry.load("schedulers", scheduler)
     target = _workdir(loaded, workdir)
     if ablations:
         if until is not None:
@@ -132,7 +155,15 @@ def run(
         _ablate(recipe, profile, sets, registry, loaded, hooks, target, ablations, quiet)
         return
     runner = Runner(
-        loaded, registry, target, hooks, show_progress=not quiet and sys.stderr.isatty()
+        loaded,
+        registry,
+        target,
+        hooks,
+        show_progress=not quiet and sys.stderr.isatty(),
+        scheduler=scheduler,
+        slots=caps,
+        keep_going=keep_going,
+        display=not quiet,
     )
     with interruptible() as stopped:
         try:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from mtcore.errors import StepError
@@ -38,6 +39,20 @@ def die_with_parent(parent: int | None = None) -> None:
 THREAD_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
+# Children that run_logged started cold, so that a run interrupted while several steps run in
+# threads can end them all (a signal reaches only the main thread).
+_children: set[subprocess.Popen[bytes]] = set()
+_children_lock = threading.Lock()
+
+
+def kill_children() -> None:
+    """Kills every command :func:`run_logged` is running cold (the run was interrupted)."""
+    with _children_lock:
+        for child in list(_children):
+            if child.poll() is None:
+                child.kill()
+
+
 def thread_defaults() -> None:
     """Puts :data:`THREAD_DEFAULTS` into this process's environment (for the processes it
     starts; OpenMP in this process has read its settings already if torch is imported)."""
@@ -58,7 +73,12 @@ def run_logged(
     ``MTCORE_PARENT_PID`` so it can call :func:`die_with_parent`. ``warm``: a ``python -m``
     command of this interpreter starts as a fork of a process that has imported torch and
     fairseq already (:mod:`mtcore.launcher`; one process, same result, seconds sooner)."""
-    full_env = {**THREAD_DEFAULTS, **os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
+    full_env = {
+        **THREAD_DEFAULTS,
+        **os.environ,
+        **(env or {}),
+        PARENT_ENV: str(os.getpid()),
+    }
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(cmd)}\n")
     code = None
@@ -69,7 +89,18 @@ def run_logged(
             code = launcher.call(cmd[2], cmd[3:], full_env, log_path)
     if code is None:
         with open(log_path, "a", encoding="utf-8") as log:
-            code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+            child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+            with _children_lock:
+                _children.add(child)
+            try:
+                code = child.wait()
+            except BaseException:
+                child.kill()
+                child.wait()
+                raise
+            finally:
+                with _children_lock:
+                    _children.discard(child)
     if code in (-signal.SIGINT, -signal.SIGTERM):
         # Ctrl-C or a scheduler's SIGTERM reached the whole process group: the child may die
         # and report before this process handles its own copy of the signal (delivered to

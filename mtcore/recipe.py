@@ -21,6 +21,7 @@ from mtcore.recipe_graph import (
 )
 from mtcore.recipe_graph import split_reference as split_reference
 from mtcore.registry import Registry, suggest
+from mtcore.resources import ResourceSpec
 from mtcore.step import Step
 
 STEP_KEYS = ("kind", "inputs", "bypass")  # bypass: stand-ins used by --ablate (ablation.py)
@@ -52,6 +53,23 @@ class ExecutorSpec(BaseModel):
         return values
 
 
+class SchedulerSpec(BaseModel):
+    """``scheduler:`` of a recipe: where whole steps run (a ``schedulers`` plugin: local, ray,
+    slurm) and its settings, checked against the plugin's ``Config``. A bare string names the
+    plugin. Like the executor, part of no step's hash."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field("local", description="scheduler plugin name")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class RecipeHead(BaseModel):
     """The recipe's own keys; ``data`` and ``steps`` entries are validated by their plugins."""
 
@@ -62,6 +80,11 @@ class RecipeHead(BaseModel):
     directions: list[str] = Field(default_factory=list)
     vars: dict[str, Any] = Field(default_factory=dict)
     executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
+    scheduler: SchedulerSpec = Field(default_factory=lambda: SchedulerSpec())
+    resources: dict[str, ResourceSpec] = Field(
+        default_factory=dict,
+        description="per step id, step kind or 'default': cpus, gpus, memory_gb, time",
+    )
     seed: int = Field(1, ge=0)
     default_profile: str | None = None
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -144,6 +167,7 @@ def build_recipe(
         if not _DIRECTION.match(direction):
             problems.append(f"directions.{i}: {direction!r} is not a direction like 'en-ja'")
     _check_executor(head.executor, registry, problems)
+    _check_scheduler(head.scheduler, registry, problems)
     steps: dict[str, StepSpec] = {}
     for name, entry in head.data.items():
         spec = _data_step(name, entry, registry, problems)
@@ -158,6 +182,7 @@ def build_recipe(
             steps[step_id] = spec
     check_references(steps, problems, set(head.data) | set(head.steps))
     check_unbuilt_references(head.steps, steps, problems, set(head.data) | set(head.steps))
+    _check_resources(head.resources, steps, problems)
     if not problems:
         check_cycles(steps, problems)
     if problems:
@@ -176,6 +201,26 @@ def _check_executor(spec: ExecutorSpec, registry: Registry, problems: list[str])
         cls.from_dict(spec.settings())
     except PluginError as exc:
         problems.append(f"executor.name: {exc}")
+
+
+def _check_scheduler(spec: SchedulerSpec, registry: Registry, problems: list[str]) -> None:
+    cls = _load(registry, "schedulers", spec.name, "scheduler.name", problems)
+    if cls is not None:
+        _validate_config(cls, spec.settings(), "scheduler", problems)
+
+
+def _check_resources(
+    table: dict[str, ResourceSpec], steps: dict[str, StepSpec], problems: list[str]
+) -> None:
+    """``resources:`` keys name a step of the recipe, a step kind it uses, or ``default``."""
+    kinds = {spec.kind for spec in steps.values()}
+    valid = {"default", *kinds, *steps}
+    for key in table:
+        if key not in valid:
+            problems.append(
+                f"resources.{key}: not a step id, a step kind of this recipe or 'default'. "
+                f"{suggest(key, valid, 'Valid keys')}"
+            )
 
 
 def _data_step(

@@ -28,6 +28,7 @@ KINDS: tuple[str, ...] = (
     "metrics",
     "steps",
     "executors",
+    "schedulers",
 )
 
 SINGULAR = {kind: kind[:-1] for kind in KINDS}

@@ -1,12 +1,18 @@
-"""Runs a plan: skips steps whose complete output exists, runs the others in a resume-safe
-working directory and renames it into place with a manifest once the step has finished."""
+"""Runs a plan: skips steps whose complete output exists and runs the others, side by side
+where their resources allow, each in a resume-safe working directory renamed into place with a
+manifest once the step has finished (:mod:`mtcore.jobs`).
+
+The schedule: a step whose inputs are complete is ready; ready steps start as soon as their
+resources (:mod:`mtcore.resources`) are free on the scheduler (a ``schedulers`` plugin:
+local, ray, slurm), longest remaining path first (:mod:`mtcore.schedule`). A failing step stops
+new starts and lets the running ones finish; with ``keep_going`` every step that does not
+depend on a failure still runs. A step's outputs never depend on what ran beside it."""
 
 from __future__ import annotations
 
 import fcntl
 import logging
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,26 +22,24 @@ from typing import Any
 
 import yaml
 
-from mtcore import __version__
-from mtcore.cache import (
-    MANIFEST,
-    ContentIndex,
-    adopt,
-    content_key,
-    is_complete,
-    links_changed,
-    read_manifest,
-    write_manifest,
-)
-from mtcore.errors import MtcoreError, StepError
-from mtcore.hashing import hash_tree, linked_files
+from mtcore.cache import MANIFEST, ContentIndex, adopt, is_complete, links_changed, read_manifest
+from mtcore.errors import MtcoreError
+from mtcore.jobs import make_executor, run_plugin
 from mtcore.plan import PlannedStep, make_plan, step_dir
-from mtcore.plugin import Executor
-from mtcore.recipe import Recipe, split_reference
+from mtcore.recipe import Recipe
 from mtcore.registry import Registry
-from mtcore.step import Artifact, StepContext, config_dict
+from mtcore.step import config_dict
 
-__all__ = ["MANIFEST", "RunResult", "Runner", "StepResult", "is_complete", "read_manifest"]
+__all__ = [
+    "MANIFEST",
+    "RunResult",
+    "Runner",
+    "StepResult",
+    "is_complete",
+    "make_executor",
+    "read_manifest",
+    "run_plugin",
+]
 log = logging.getLogger("mtcore")
 
 
@@ -114,28 +118,6 @@ def run_log(workdir: Path) -> Iterator[Path]:
         handler.close()
 
 
-def make_executor(recipe: Recipe, registry: Registry) -> Executor:
-    spec = recipe.head.executor
-    cls = registry.load("executors", spec.name)
-    executor = cls.from_dict(spec.settings())
-    assert isinstance(executor, Executor)
-    return executor
-
-
-def run_plugin(plugin: Any, ctx: StepContext, on: str = "") -> None:
-    """``plugin.run(ctx)``, an unexpected exception turned into a StepError naming the step,
-    then the step's scratch directory removed."""
-    try:
-        plugin.run(ctx)
-    except MtcoreError:
-        raise
-    except Exception as exc:
-        raise StepError(
-            f"step {ctx.step_id!r} ({ctx.kind}) failed{on}: {type(exc).__name__}: {exc}"
-        ) from exc
-    shutil.rmtree(ctx.work / ".scratch", ignore_errors=True)
-
-
 class Runner:
     """Runs one recipe in one workdir. ``hooks`` is a pluggy manager (lifecycle events)."""
 
@@ -147,63 +129,67 @@ class Runner:
         hooks: Any = None,
         show_progress: bool = True,
         label: str | None = None,
+        scheduler: str | None = None,
+        slots: dict[str, int] | None = None,
+        keep_going: bool = False,
+        display: bool | None = None,
     ) -> None:
         """``label`` names this run's report files (``report.<label>.md``) where several
-        variants share one workdir (``mtcore compare``, ``--ablate``)."""
+        variants share one workdir (``mtcore compare``, ``--ablate``). ``scheduler`` replaces
+        the recipe's (``local``, ``ray``, ``slurm``); ``slots`` caps what steps hold at once
+        (``{"cpu": 1}``: one step at a time). ``display``: show the run's progress on stderr
+        (a terminal gets the live block, anything else plain lines); default: with
+        ``show_progress``."""
         self.recipe = recipe
         self.registry = registry
         self.workdir = workdir
         self.hooks = hooks
         self.show_progress = show_progress
         self.label = label
+        self.scheduler_name = scheduler
+        self.slots = slots or {}
+        self.keep_going = keep_going
+        self.display = show_progress if display is None else display
+        self.running: list[str] = []
+
+    @property
+    def current(self) -> str | None:
+        """The steps running now, for a message about an interrupted run."""
+        return ", ".join(self.running) or None
 
     def status(self, until: str | None = None) -> list[tuple[PlannedStep, bool]]:
         plan = make_plan(self.recipe, self.registry, until)
         return [(p, is_complete(step_dir(self.workdir, p))) for p in plan]
 
     def run(self, until: str | None = None) -> RunResult:
+        from mtcore.driver import Driver
+
         plan = make_plan(self.recipe, self.registry, until)
-        self._planned = {p.id: p for p in plan}
+        self.planned = {p.id: p for p in plan}
         self._index = ContentIndex(self.workdir / "steps")
         with workdir_lock(self.workdir), run_log(self.workdir) as log_file:
             self._write_resolved()
             result = RunResult(self.workdir, log_file=log_file)
-            executor: Executor | None = None
-            self.current: str | None = None
-            try:
-                for planned in plan:
-                    final = step_dir(self.workdir, planned)
-                    complete = is_complete(final)
-                    if complete and not links_changed(planned.id, final):
-                        log.info("step %s: cached (%s)", planned.id, final.name)
-                        result.results.append(
-                            StepResult(planned, "cached", read_manifest(final), final)
-                        )
-                        continue
-                    key = content_key(planned.identity, self._input_manifests(planned))
-                    reused = None if complete else self._reuse(planned, key)
-                    if reused is not None:
-                        result.results.append(StepResult(planned, "cached", reused, final))
-                        continue
-                    if executor is None:
-                        executor = make_executor(self.recipe, self.registry)
-                    self.current = planned.id
-                    manifest = self._run_step(planned, executor, key)
-                    self._index.add(key, final)
-                    self.current = None
-                    result.results.append(StepResult(planned, "ran", manifest, final))
-            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: stop now
-                if executor is not None:
-                    executor.abort()
-                    executor = None
-                raise
-            finally:
-                if executor is not None:
-                    executor.close()
+            Driver(self, plan, result).run()
+            order = {p.id: i for i, p in enumerate(plan)}
+            result.results.sort(key=lambda r: order[r.planned.id])
             from mtcore.report import write_report
 
             write_report(self.recipe, result, self.label)
             return result
+
+    def cached(self, planned: PlannedStep, key: str | None) -> dict[str, Any] | None:
+        """The manifest of the step's complete output, or of a complete step with the same
+        content key reused as its output (early cutoff); None when the step must run.
+        ``key``: the step's content key, needed only when its directory is not complete."""
+        final = step_dir(self.workdir, planned)
+        complete = is_complete(final)
+        if complete and not links_changed(planned.id, final):
+            log.info("step %s: cached (%s)", planned.id, final.name)
+            return read_manifest(final)
+        if complete or key is None:
+            return None
+        return self._reuse(planned, key)
 
     def _write_resolved(self) -> None:
         resolved = {k: v for k, v in self.recipe.resolved.items() if k != "profiles"}
@@ -214,27 +200,11 @@ class Runner:
         name = self.recipe.name if self.label is None else self.label
         (self.workdir / f"{name}.resolved.yaml").write_text(text, encoding="utf-8")
 
-    def _inputs(self, planned: PlannedStep) -> tuple[dict[str, Artifact], dict[str, Any]]:
-        artifacts: dict[str, Artifact] = {}
-        described: dict[str, Any] = {}
-        steps = self.recipe.steps
-        for role, ref in planned.spec.inputs.items():
-            target, output = split_reference(ref)
-            dep = self._planned[target]
-            output = output or steps[target].plugin.outputs[0]
-            artifacts[role] = Artifact.open(step_dir(self.workdir, dep) / output)
-            described[role] = {"step": target, "hash": dep.hash, "output": output}
-        return artifacts, described
-
-    def _input_manifests(self, planned: PlannedStep) -> dict[str, dict[str, Any]]:
-        return {
-            role: read_manifest(step_dir(self.workdir, self._planned[split_reference(ref)[0]]))
-            for role, ref in planned.spec.inputs.items()
-        }
-
     def _reuse(self, planned: PlannedStep, key: str) -> dict[str, Any] | None:
         """Early cutoff (:mod:`mtcore.cache`): the manifest of a complete step with content key
         ``key``, its files put in place as this step's output; None if there is none."""
+        from mtcore.jobs import step_inputs
+
         source = self._index.find(key, planned.id)
         if source is None:
             return None
@@ -244,7 +214,7 @@ class Runner:
             "hash": planned.hash,
             "recipe": self.recipe.name,
             "config": config_dict(planned.spec.plugin.config),
-            "inputs": self._inputs(planned)[1],
+            "inputs": step_inputs(self.workdir, self.recipe, self.planned, planned)[1],
         }
         manifest = adopt(source, final, updates)
         self._index.add(key, final)
@@ -257,61 +227,5 @@ class Runner:
         )
         return manifest
 
-    def _run_step(self, planned: PlannedStep, executor: Executor, key: str) -> dict[str, Any]:
-        final = step_dir(self.workdir, planned)
-        work = self.workdir / "steps" / ".partial" / planned.dirname
-        resumed = work.exists()
-        work.mkdir(parents=True, exist_ok=True)
-        inputs, described = self._inputs(planned)
-        ctx = StepContext(
-            step_id=planned.id,
-            kind=planned.spec.kind,
-            step_hash=planned.hash,
-            work=work,
-            inputs=inputs,
-            executor=executor,
-            registry=self.registry,
-            log=logging.getLogger(f"mtcore.step.{planned.id}"),
-            show_progress=self.show_progress,
-        )
-        log.info(
-            "step %s (%s): %s%s",
-            planned.id,
-            planned.spec.kind,
-            "resuming in " if resumed else "running in ",
-            work,
-        )
-        if self.hooks is not None:
-            self.hooks.hook.mtcore_step_started(
-                step_id=planned.id, kind=planned.spec.kind, step_hash=planned.hash
-            )
-        started = time.time()
-        run_plugin(planned.spec.plugin, ctx)
-        seconds = time.time() - started
-        manifest = {
-            "id": planned.id,
-            "kind": planned.spec.kind,
-            "hash": planned.hash,
-            "recipe": self.recipe.name,
-            "mtcore": __version__,
-            "config": config_dict(planned.spec.plugin.config),
-            "inputs": described,
-            "counts": ctx.stats.as_dict(),
-            "metrics": ctx.metrics,
-            "outputs": hash_tree(work, skip=(MANIFEST,)),
-            "linked": linked_files(work),
-            "seconds": round(seconds, 3),
-            "resumed": resumed,
-            "content_key": key,
-        }
-        write_manifest(work, manifest)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():  # an incomplete leftover without manifest
-            shutil.rmtree(final)
-        os.rename(work, final)
-        log.info("step %s: done in %.1fs", planned.id, seconds)
-        if self.hooks is not None:
-            self.hooks.hook.mtcore_step_finished(
-                step_id=planned.id, kind=planned.spec.kind, manifest=manifest
-            )
-        return manifest
+    def indexed(self, key: str, final: Path) -> None:
+        self._index.add(key, final)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mtcore.plugin import Executor, Plugin, PluginConfig, identity_dict
+from mtcore.resources import Resources
 from mtcore.stats import Stats
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ class StepContext:
     metrics: dict[str, Any] = field(default_factory=dict)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("mtcore.step"))
     show_progress: bool = True
+    progress_sink: Callable[[str, int | None, str], Any] | None = None
+    """Where bars go when a display shows several running steps (:mod:`mtcore.display`):
+    called with (step id, total, description), it returns the bar."""
 
     def output(self, name: str) -> Path:
         path = self.work / name
@@ -87,6 +91,8 @@ class StepContext:
 
         if callable(total):
             total = total() if self.show_progress else None
+        if self.progress_sink is not None:
+            return self.progress_sink(self.step_id, total, desc)
         return tqdm(
             total=total,
             desc=f"{self.step_id}: {desc}",
@@ -144,6 +150,25 @@ class Step(Plugin):
 
     def run(self, ctx: StepContext) -> None:
         raise NotImplementedError
+
+    def resources(self) -> Resources:
+        """What one run of this configured step holds (the scheduler places steps by it): by
+        default one CPU thread, or the step's ``threads`` setting where it has one and sets
+        it. A recipe's ``resources:`` overrides it (:mod:`mtcore.resources`)."""
+        threads = getattr(self.config, "threads", None)
+        return Resources(cpus=threads if isinstance(threads, int) and threads > 0 else 1)
+
+    def work(self) -> dict[str, float]:
+        """What the cost model needs to estimate this step's time before it has run: a
+        training says ``{"tokens": N}`` (target tokens it will see); by default nothing, and
+        the step counts as a data step (:mod:`mtcore.costs`)."""
+        return {}
+
+    def live(self, work: Path) -> str:
+        """One short line of how far a running step is, read from what it has written in
+        ``work`` (a training: updates of max_update, loss, updates/s); empty when it has
+        nothing to say. Called from the display's thread while the step runs: read only."""
+        return ""
 
     def for_new_text(self, finished: Path) -> tuple[Step, tuple[str, ...]]:
         """This step as ``mtcore translate`` replays it on new text, given its output directory

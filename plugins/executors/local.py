@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -38,6 +39,7 @@ class LocalExecutor(Executor):
     def __init__(self, config: LocalConfig | None = None) -> None:
         super().__init__(config)
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()  # steps running side by side share the pool
 
     @property
     def workers(self) -> int:
@@ -48,17 +50,19 @@ class LocalExecutor(Executor):
             for task in tasks:
                 yield fn(task)
             return
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                self.config.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=die_with_parent,  # a killed run leaves no workers behind
-                initargs=(os.getpid(),),
-            )
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    self.config.workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=die_with_parent,  # a killed run leaves no workers behind
+                    initargs=(os.getpid(),),
+                )
+            pool = self._pool
         limit = self.config.max_in_flight or 2 * self.config.workers
         pending: deque[Future[Any]] = deque()
         for task in tasks:
-            pending.append(self._pool.submit(fn, task))
+            pending.append(pool.submit(fn, task))
             if len(pending) >= limit:
                 yield pending.popleft().result()
         while pending:

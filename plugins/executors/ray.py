@@ -18,6 +18,7 @@ import importlib.util
 import itertools
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -128,6 +129,7 @@ class RayExecutor(Executor):
         self._initialized = False  # whether this executor called ray.init
         self._local = False  # whether that started a local cluster
         self._workers: list[Any] = []
+        self._lock = threading.Lock()  # steps running side by side share the workers
 
     @property
     def shares_files(self) -> bool:
@@ -139,8 +141,9 @@ class RayExecutor(Executor):
         first = next(tasks, _NONE)
         if first is _NONE:  # nothing to do: start nothing
             return
-        ray = self._connect()
-        workers = self._start_workers(ray)
+        with self._lock:
+            ray = self._connect()
+            workers = self._start_workers(ray)
         limit = self.config.max_in_flight or 2 * len(workers)
         pending: deque[tuple[Any, int]] = deque()  # (result ref, worker index) in task order
         for task in itertools.chain([first], tasks):
@@ -154,8 +157,9 @@ class RayExecutor(Executor):
     def run_on_workers(self, fn: Callable[[], Any]) -> list[Any]:
         """``fn()`` once in every worker process, in worker order (starting them if needed):
         for warming up, or reading what a worker holds."""
-        ray = self._connect()
-        workers = self._start_workers(ray)
+        with self._lock:
+            ray = self._connect()
+            workers = self._start_workers(ray)
         return [self._result(ray, ref) for ref in [w.call.remote(fn) for w in workers]]
 
     def close(self) -> None:

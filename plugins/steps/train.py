@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from mtcore.errors import DataError, StepError
 from mtcore.process import run_logged, tail
+from mtcore.resources import Resources
 from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
@@ -55,6 +56,23 @@ class TrainStep(Step):
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("models", name) for name in self.config.models]
+
+    def resources(self) -> Resources:
+        """One GPU a process where the settings need GPUs (fp16/bf16: one process per GPU);
+        else ``threads`` CPU threads a process (1 when torch's default is kept). A recipe's
+        ``resources: {train: {gpus: N}}`` asks for GPUs for fp32 training."""
+        c = self.config
+        threads = max(1, c.threads)
+        if c.precision != "fp32":
+            return Resources(cpus=threads, gpus=c.distributed_world_size)
+        return Resources(cpus=threads * c.distributed_world_size)
+
+    def work(self) -> dict[str, float]:
+        c = self.config
+        return {"tokens": float(c.max_update * c.max_tokens * c.update_freq)}
+
+    def live(self, work: Path) -> str:
+        return live_line(work / "model" / "train.log", self.config.max_update)
 
     def run(self, ctx: StepContext) -> None:
         data = ctx.inputs["data"]
@@ -313,6 +331,28 @@ def training_done(log: Path) -> bool:
     """fairseq-train logs ``done training in`` as its last act; a rerun after that (killed while
     finishing up) must not train again: fairseq would run one update past max_update."""
     return log.exists() and DONE in tail(log, 5)
+
+
+def live_line(log: Path, max_update: int) -> str:
+    """``update 350/1400 loss 5.21 3.2 upd/s`` from the last progress record of a running
+    fairseq-train log (its last 16 KiB)."""
+    if not log.exists():
+        return "starting"
+    with open(log, "rb") as handle:
+        handle.seek(max(0, log.stat().st_size - 16384))
+        lines = handle.read().decode("utf-8", errors="replace").splitlines()
+    for line in reversed(lines):
+        match = JSON_RECORD.search(line)
+        if match and match.group(1) in ("train_inner", "train"):
+            try:
+                record = json.loads(match.group(2))
+                updates = int(float(record.get("num_updates", 0)))
+                loss = float(record.get("loss", "nan"))
+                ups = float(record.get("ups", 0))
+            except (ValueError, TypeError):
+                continue
+            return f"update {updates}/{max_update} loss {loss:.2f} {ups:.1f} upd/s"
+    return "update 0/" + str(max_update)
 
 
 def parse_train_log(log: Path) -> dict[str, Any]:

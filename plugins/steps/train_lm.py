@@ -26,7 +26,7 @@ from mtcore.plugin import PluginConfig
 from mtcore.process import run_logged
 from mtcore.step import Step, StepContext, write_artifact_meta
 from mtcore_plugins.common.spm import load_spm
-from mtcore_plugins.steps.train import parse_train_log, training_done
+from mtcore_plugins.steps.train import live_line, parse_train_log, training_done
 
 ENTRY = "mtcore_plugins.common.lm_entry"
 
@@ -65,6 +65,12 @@ class TrainLMStep(Step):
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "spm": True, "valid": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
     trains: ClassVar[bool] = True
+
+    def work(self) -> dict[str, float]:
+        return {"tokens": float(self.config.max_update * self.config.max_tokens)}
+
+    def live(self, work: Path) -> str:
+        return live_line(work / "model" / "train.log", self.config.max_update)
 
     def run(self, ctx: StepContext) -> None:
         out = ctx.output("model")
