@@ -19,6 +19,7 @@ from mtcore.cli_common import recipe_options as _recipe_options
 from mtcore.cli_translate import export, translate
 from mtcore.errors import MtcoreError
 from mtcore.registry import KINDS, load_registry
+from mtcore.schedule import GPU_TOKENS_PER_SECOND as GPU_KINDS
 
 
 class ErrorBoundary(click.Group):
@@ -73,13 +74,48 @@ def validate(recipe: Path, profile: str | None, sets: tuple[str, ...]) -> None:
 @cli.command()
 @_recipe_options
 @click.option("--workdir", "-w", type=click.Path(file_okay=False, path_type=Path), default=None)
-def plan(recipe: Path, profile: str | None, sets: tuple[str, ...], workdir: Path | None) -> None:
-    """Show the steps in order, their dependencies and whether their output is cached."""
+@click.option(
+    "--slots",
+    default=None,
+    metavar="cpu=N,gpu=M",
+    help="Simulate the schedule on this many CPU threads and GPUs and print its makespan.",
+)
+@click.option(
+    "--gpu",
+    "gpu_kind",
+    type=click.Choice(sorted(GPU_KINDS)),
+    default="h100",
+    show_default=True,
+    help="GPU kind whose tokens/s estimate trainings' times (with --slots).",
+)
+@click.option(
+    "--tokens-per-second",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Target tokens/s of one GPU instead of the --gpu kind's estimate.",
+)
+def plan(
+    recipe: Path,
+    profile: str | None,
+    sets: tuple[str, ...],
+    workdir: Path | None,
+    slots: str | None,
+    gpu_kind: str,
+    tokens_per_second: float | None,
+) -> None:
+    """Show the steps in order, their dependencies and whether their output is cached; with
+    --slots, the schedule's makespan from per-step cost estimates."""
     from mtcore.runner import Runner
 
     registry, loaded, _ = _load(recipe, profile, sets)
     runner = Runner(loaded, registry, _workdir(loaded, workdir))
     rows = runner.status()
+    if slots is not None:
+        from mtcore.plan_cost import print_schedule
+
+        tps = tokens_per_second or GPU_KINDS[gpu_kind]
+        print_schedule(runner, rows, slots, tps, f"{tokens_per_second or gpu_kind}")
+        return
     width = max((len(p.id) for p, _ in rows), default=0)
     kind_width = max((len(p.spec.kind) for p, _ in rows), default=0)
     for planned, cached in rows:
