@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from typing import ClassVar
 
@@ -59,6 +60,11 @@ class WaitStep(Step):
             "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "slurm_job": os.environ.get("SLURM_JOB_ID"),
         }
+        if "ray" in sys.modules:  # in a Ray actor: the node it runs on
+            import ray
+
+            if ray.is_initialized():
+                record["ray_node"] = ray.get_runtime_context().get_node_id()
         time.sleep(self.config.seconds)
         flag = self.config.fail_flag
         if flag and os.path.exists(flag):
