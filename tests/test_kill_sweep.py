@@ -5,8 +5,9 @@ rerun may fail, and the finished workdir must hold exactly the steps of the unin
 with the same output hashes.
 
 The moments come from the first run's step timings: the longest step of every step kind, then
-the longest of the rest until there are K (``MTCORE_KILL_SWEEP`` sets K, default 8). A kill
-waits for its step's partial directory (looks 0.2 ms apart), stops the group there (SIGSTOP,
+the longest of the rest until there are K (``MTCORE_KILL_SWEEP`` sets K, default 8). Steps run
+side by side (issue 42), in an order that depends on timing, so a kill waits for the partial
+directory of any target step not yet hit (looks 0.2 ms apart), stops the group there (SIGSTOP,
 so a step of a few milliseconds is still caught inside), lets a share of the step's first
 duration pass before that when the step is long enough, and kills. A step that slips by (a
 busy machine) gives its place to the next-longest later step of its kind. Each moment's step
@@ -123,27 +124,30 @@ def finished(work: Path, step: Step) -> bool:
     return os.path.exists(work / "steps" / step.dirname / "manifest.json")
 
 
-def kill_during(run: Run, work: Path, step: Step, share: float) -> str:
-    """Waits for ``step`` to run and kills the run there: 'hit', 'missed' (it finished first),
-    or 'ended' (the run ended first)."""
-    while not running_step(work, step):
-        if finished(work, step):
-            return "missed"
+def kill_during(run: Run, work: Path, pending: list[Step], share: float) -> tuple[str, Step | None]:
+    """Waits for any step of ``pending`` to run and kills the run there: ('hit', step),
+    ('missed', step) when one finished unseen first, or ('ended', None). Steps run side by
+    side and in an order that depends on timing, so no one step is waited for alone."""
+    while True:
+        for step in pending:
+            if running_step(work, step):
+                os.killpg(run.proc.pid, signal.SIGSTOP)
+                if finished(work, step):  # done between the look and the stop: let it go on
+                    os.killpg(run.proc.pid, signal.SIGCONT)
+                    return "missed", step
+                pause = share * step.seconds
+                if pause > 0.05:  # long enough to let it go on for a while
+                    os.killpg(run.proc.pid, signal.SIGCONT)
+                    deadline = time.monotonic() + pause
+                    while time.monotonic() < deadline and not finished(work, step):
+                        time.sleep(0.005)
+                run.kill()
+                return "hit", step
+            if finished(work, step):
+                return "missed", step
         if run.proc.poll() is not None:
-            return "ended"
+            return "ended", None
         time.sleep(0.0002)
-    os.killpg(run.proc.pid, signal.SIGSTOP)
-    if finished(work, step):  # done between the look and the stop: let it go on
-        os.killpg(run.proc.pid, signal.SIGCONT)
-        return "missed"
-    pause = share * step.seconds
-    if pause > 0.05:  # long enough to let it go on for a while
-        os.killpg(run.proc.pid, signal.SIGCONT)
-        deadline = time.monotonic() + pause
-        while time.monotonic() < deadline and not finished(work, step):
-            time.sleep(0.005)
-    run.kill()
-    return "hit"
 
 
 def uninterrupted(recipe: str, tmp_path: Path) -> Path:
@@ -168,11 +172,13 @@ def test_kill_sweep_resumes_to_the_uninterrupted_outputs(recipe: str, tmp_path: 
     number = 1
     run = Run(recipe, work, number)
     started = time.monotonic()
+    pending = list(plan)
     n = 0
-    while n < len(plan):
-        step = plan[n]
-        outcome = kill_during(run, work, step, SHARES[n % len(SHARES)])
-        assert outcome != "ended", run.failed() or f"the run ended before {step.id}"
+    while pending:
+        outcome, step = kill_during(run, work, pending, SHARES[n % len(SHARES)])
+        assert step is not None, run.failed() or f"the run ended before {[s.id for s in pending]}"
+        pending.remove(step)
+        n += 1
         if outcome == "hit":
             hits.append(step.kind)
             print(f"{recipe}: killed in {step.id} ({step.kind}, {step.seconds:.2f} s)")
@@ -181,12 +187,11 @@ def test_kill_sweep_resumes_to_the_uninterrupted_outputs(recipe: str, tmp_path: 
         else:  # a busy machine can let a short step slip by: try the kind's next step
             print(f"{recipe}: {step.id} ({step.kind}, {step.seconds:.3f} s) finished uncaught")
             later = [
-                s for s in steps if s.kind == step.kind and s.order > step.order and s not in plan
+                s for s in steps if s.kind == step.kind and s not in plan and not finished(work, s)
             ]
             if step.kind not in hits and later:
                 plan.append(max(later, key=lambda s: s.seconds))
-                plan[n + 1 :] = sorted(plan[n + 1 :], key=lambda s: s.order)
-        n += 1
+                pending.append(plan[-1])
     assert run.proc.wait() == 0, run.failed()
     seconds = time.monotonic() - started
     kinds = {s.kind for s in steps}

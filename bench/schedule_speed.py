@@ -1,0 +1,89 @@
+"""The scheduler against the sequential runner on the README's main job: the NT5 recipe at its
+default profile, run twice from empty workdirs in one bench run, once with ``--slots cpu=1``
+(one step at a time, what the runner did before issue 42) and once as ``make nt5`` runs it
+(slots from the machine's cores). Printed: each run's wall seconds, the ratio, the load
+average while each ran, and whether every step's output hashes (the manifests' ``outputs``)
+are the same in both.
+
+    .venv/bin/python bench/schedule_speed.py [--recipe recipes/nt5.yaml] [--profile cpu]
+        [--work DIR] [--order sequential,scheduled]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(recipe: str, profile: str | None, work: Path, slots: str | None) -> tuple[float, float]:
+    """Wall seconds of one ``mtcore run`` and the mean 1-minute load average while it ran."""
+    command = [str(ROOT / ".venv" / "bin" / "mtcore"), "run", recipe, "-w", str(work), "-q"]
+    if profile:
+        command += ["-p", profile]
+    if slots:
+        command += ["--slots", slots]
+    loads: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(10):
+            loads.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    stop.set()
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return seconds, sum(loads) / max(1, len(loads))
+
+
+def outputs(work: Path) -> dict[str, dict[str, str]]:
+    found = {}
+    for manifest in sorted(work.glob("steps/*/manifest.json")):
+        data = json.loads(manifest.read_text())
+        found[data["id"]] = data["outputs"]
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", default="recipes/nt5.yaml")
+    parser.add_argument("--profile", default=None)
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--order", default="sequential,scheduled")
+    args = parser.parse_args()
+    base = args.work or Path(tempfile.mkdtemp(prefix="mtcore-schedule-"))
+    results = {}
+    for name in args.order.split(","):
+        work = base / name
+        shutil.rmtree(work, ignore_errors=True)
+        slots = "cpu=1" if name == "sequential" else None
+        seconds, load = run(args.recipe, args.profile, work, slots)
+        results[name] = (seconds, load, outputs(work))
+        how = "--slots cpu=1" if slots else f"{os.cpu_count()} cores"
+        print(f"{name:10} {seconds:8.1f} s   load average {load:.2f}   ({how})", flush=True)
+    seq, sched = results["sequential"], results["scheduled"]
+    same = seq[2] == sched[2]
+    differing = sorted(k for k in seq[2] if seq[2][k] != sched[2].get(k))
+    print(f"speed-up   {seq[0] / sched[0]:.2f}x  (sequential / scheduled, same commit, same run)")
+    print(f"outputs    {len(seq[2])} steps, output hashes identical: {same}"
+          + (f" (differ: {', '.join(differing)})" if differing else ""))  # fmt: skip
+    if args.work is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
