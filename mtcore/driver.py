@@ -3,6 +3,7 @@ end means for the rest of the graph (:mod:`mtcore.runner` has the contract)."""
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import os
@@ -192,7 +193,7 @@ class Driver:
         if scheduler.remote or need.gpus:
             write_spec(workdir, self.runner.recipe, planned)
         if not scheduler.remote:
-            job.call = lambda: self._execute_here(planned, key)
+            job.call = functools.partial(self._execute_here, planned, key)
         record = read_json(folder / "job.json") if scheduler.remote else None
         if (
             record is not None

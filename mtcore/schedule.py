@@ -42,10 +42,12 @@ class CostModel:
     measured: dict[str, float] = field(default_factory=dict)  # step id -> seconds
 
     @classmethod
-    def from_workdir(cls, workdir: Path, plan: list[PlannedStep], **settings: float) -> CostModel:
+    def from_workdir(
+        cls, workdir: Path, plan: list[PlannedStep], gpu_tps: float = GPU_TOKENS_PER_SECOND["h100"]
+    ) -> CostModel:
         """Measured seconds of the plan's steps from the workdir's manifests: the step's own
         hash first, else the newest manifest of the same step id."""
-        model = cls(**settings)
+        model = cls(gpu_tps=gpu_tps)
         steps = workdir / "steps"
         for planned in plan:
             own = step_dir(workdir, planned) / MANIFEST

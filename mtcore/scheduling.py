@@ -29,8 +29,7 @@ class Job:
     resources: Resources
     folder: Path
     log: Path
-    call: Callable[[dict[str, str]], dict[str, Any]] | None = None
-    """Called with the environment the step's own processes get (``CUDA_VISIBLE_DEVICES``)."""
+    call: Callable[[], dict[str, Any]] | None = None
 
 
 @dataclass

@@ -1,4 +1,7 @@
-"""A real two-node Ray cluster on one host for tests, reachable on 127.0.0.1 only.
+"""A real two-node Ray cluster on one host for tests, reachable on 127.0.0.1 only. Import the
+fixture into a test module:
+
+    from tests.ray_cluster import RayCluster, ray_two_nodes  # noqa: F401
 
 Started as Ray's own multi-node tests start one: a head node (``ray start --head --block``) and a
 second raylet joining it (``ray start --block --address=127.0.0.1:P``), each in its own
@@ -6,7 +9,8 @@ processes, its own ``--temp-dir`` (Ray allows one per node) and its own process 
 second node declares GPUs (``--num-gpus``; none need exist: Ray hands out device numbers in
 ``CUDA_VISIBLE_DEVICES``) and a custom resource ``second_node`` to aim tasks at it. Each node is
 stopped by signalling its blocking ``ray start``, which stops what it started; never by ``ray
-stop``, which would also stop the clusters that other pytest-xdist workers run on this host.
+stop``, which would also stop the clusters that other pytest-xdist workers run on this host (two
+pytest processes, each with its cluster, ran this module side by side).
 
 Loopback only. On Linux, Ray 2.58 rewrites a loopback ``--node-ip-address`` or ``--address``
 (``services.resolve_ip_for_localhost``) to the host's routable address, and its gRPC servers
@@ -14,18 +18,21 @@ Loopback only. On Linux, Ray 2.58 rewrites a loopback ``--node-ip-address`` or `
 is not exactly 127.0.0.1: with the plain ``ray start`` flags, ``ss -ltnp`` showed the GCS and
 both raylets on ``*:port`` (every IPv4 and IPv6 address) and the runtime-env agents on the
 host's address. No ``ray start`` flag changes that; the only switch Ray has,
-``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (its single-host mode on macOS and Windows), makes a
-joining ``ray start --address`` refuse to run. So both nodes run ``ray start`` through a
-three-line launcher (``RAY_START``) that turns the rewrite off, and every driver runs in that
-single-host mode (``DRIVER_ENV``; set for this process and the ones it starts while the cluster
-runs). Then every node advertises 127.0.0.1, and ``ss -ltnp`` with the cluster running and a task
-in flight shows only ``127.0.0.1`` and ``[::ffff:127.0.0.1]`` (IPv4 on an IPv6 socket): GCS,
-raylets and object managers, runtime-env agents, idle and busy workers, and the driver. Nothing
-else listens: the dashboard is off, and with Ray's minimal install there is no dashboard-agent
-HTTP server (``--dashboard-agent-listen-port``, 52365) and no Ray Client server
-(``--ray-client-server-port``, 10001); ``listening_sockets`` lets a test check this.
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (its single-host mode, meant for macOS and Windows),
+makes a joining ``ray start --address`` refuse to run. So both nodes run ``ray start`` through a
+small launcher (``RAY_START``) that turns the rewrite off, and drivers run in single-host mode
+(``DRIVER_ENV``), set for this process and inherited by the processes it starts while the
+cluster runs; a subprocess given an ``env=`` of its own needs ``DRIVER_ENV`` in it, or its
+``ray.init`` goes to the host's address and fails ("Failed to connect to GCS"). Both nodes then
+advertise 127.0.0.1 (drivers attach to the head's raylet, which Ray prefers among nodes on one
+address), and ``ss -ltnp`` with the cluster running and tasks in flight shows only ``127.0.0.1``
+and ``[::ffff:127.0.0.1]`` (IPv4 on an IPv6 socket): the GCS, raylets and object managers,
+runtime-env agents, idle and busy workers, detached actors and the driver. Nothing else listens:
+the dashboard is off, and Ray's minimal install has no dashboard-agent HTTP server
+(``--dashboard-agent-listen-port``, 52365) and no Ray Client server (``--ray-client-server-port``,
+10001). ``listening_sockets`` lets a test check this.
 
-Workers bind random ports (``--min-worker-port=0 --max-worker-port=0``, as Ray's
+Workers bind ports the kernel picks (``--min-worker-port=0 --max-worker-port=0``, as Ray's
 ``cluster_utils`` does) rather than Ray's shared 10002-19999 range, since several clusters may
 run on the host at once.
 """
@@ -169,7 +176,7 @@ def ray_two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayClust
 def listening_sockets(pids: Iterable[int]) -> list[tuple[str, int, int]]:
     """(address, port, pid) of each TCP socket listening in ``pids`` or their descendants."""
     tree = _descendants(set(pids))
-    owner = {}
+    owner: dict[str, int] = {}
     for pid in tree:
         with contextlib.suppress(OSError):  # a process that ended meanwhile
             for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -177,7 +184,7 @@ def listening_sockets(pids: Iterable[int]) -> list[tuple[str, int, int]]:
                     link = os.readlink(f"/proc/{pid}/fd/{fd}")
                     if link.startswith("socket:["):
                         owner[link[8:-1]] = pid
-    found = []
+    found: list[tuple[str, int, int]] = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
@@ -185,7 +192,9 @@ def listening_sockets(pids: Iterable[int]) -> list[tuple[str, int, int]]:
                 host, port = fields[1].split(":")
                 # The kernel prints each 32-bit word of the address in host (little-endian) order.
                 raw = b"".join(bytes.fromhex(host[i : i + 8])[::-1] for i in range(0, len(host), 8))
-                found.append((str(ipaddress.ip_address(raw)), int(port, 16), owner[fields[9]]))
+                address = ipaddress.ip_address(raw)
+                address = getattr(address, "ipv4_mapped", None) or address  # IPv4 on IPv6
+                found.append((str(address), int(port, 16), owner[fields[9]]))
     return found
 
 
@@ -200,10 +209,11 @@ def _single_host_drivers(patch: pytest.MonkeyPatch) -> None:
 
 def _start_node(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-c", RAY_START, "start", "--block", *args]
+    env = {name: value for name, value in os.environ.items() if name not in DRIVER_ENV}
     with open(log, "wb") as out:
         # Its own process group: if it cannot stop what it started, that group is killed.
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
 
 
@@ -249,11 +259,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _tails(logs: list[Path], session_logs: list[Path], chars: int = 3000) -> str:
-    files = [*logs, *(d / name for d in session_logs for name in ("gcs_server.out", "raylet.out"))]
+def _tails(logs: list[Path], session_logs: list[Path]) -> str:
+    """The ``ray start`` outputs' ends, then the GCS's and raylets' (mostly state dumps)."""
+    files = [(log, 3000) for log in logs] + [
+        (folder / name, 1500)
+        for folder in session_logs
+        for name in ("gcs_server.out", "raylet.out")
+    ]
     return "\n".join(
         f"--- {path}\n{path.read_text(errors='replace')[-chars:]}"
-        for path in files
+        for path, chars in files
         if path.is_file()
     )
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field
 
@@ -156,9 +155,3 @@ class LocalScheduler(Scheduler):
     def close(self) -> None:
         for _ in self._threads:
             self._jobs.put(None)
-
-    def describe(self, job_id: str) -> str:
-        return job_id
-
-    def __getstate__(self) -> dict[str, Any]:  # never sent anywhere: it holds threads
-        raise TypeError("the local scheduler cannot be pickled")

@@ -141,7 +141,7 @@ class RayScheduler(Scheduler):
         }
         if res.memory_gb:
             options["memory"] = int(res.memory_gb * 1024**3)
-        actor = ray.remote(StepActor).options(**options).remote()
+        actor: Any = ray.remote(StepActor).options(**options).remote()
         self._watched[job.step_id] = (name, actor.run.remote(str(job.folder)), job.folder)
         return name
 
