@@ -112,6 +112,8 @@ class Driver:
         try:
             place = scheduler.capacity()
             self.slots = capped(scheduler.slots(), runner.slots)
+            # a step asking more CPU threads than a place has runs with all of one place's
+            self.most = Resources(min(place.cpus, self.slots.cpus), self.slots.gpus)
             self.needs = {p.id: step_needs(runner, p) for p in self.plan}
             check_fit(self.needs, place, self.slots, f"{scheduler.name} scheduler")
             costs = CostModel.from_workdir(runner.workdir, self.plan)
@@ -175,7 +177,7 @@ class Driver:
             if manifest is not None:
                 self._finished(planned, "cached", manifest)
                 continue
-            need = fitted(self.needs[planned.id], self.slots)
+            need = fitted(self.needs[planned.id], self.most)
             if not need.fits(free):
                 held.append(item)
                 continue
