@@ -181,9 +181,9 @@ def run(
     from mtcore.runner import Runner
 
     caps = parse_slots(slots) if slots else None
+    if scheduler is not None:  # as --set scheduler.name=...: its settings are checked against it
+        sets = (*sets, f"scheduler.name={scheduler}")
     registry, loaded, hooks = _load(recipe, profile, sets)
-    if scheduler is not None:
-        registry.load("schedulers", scheduler)
     target = _workdir(loaded, workdir)
     if ablations:
         if until is not None:
@@ -196,7 +196,6 @@ def run(
         target,
         hooks,
         show_progress=not quiet and sys.stderr.isatty(),
-        scheduler=scheduler,
         slots=caps,
         keep_going=keep_going,
         display=not quiet,

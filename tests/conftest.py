@@ -115,6 +115,7 @@ SPREAD = {
     "test_e2e.py",
     "test_rehearsal.py",
     "test_model_plugins.py",
+    "test_cluster_smoke.py",
 }
 """Test files whose tests are independent (whole-recipe runs, or trainings whose module fixtures
 take a second or two to build): under ``--dist loadgroup`` (Makefile) their tests spread over
@@ -138,6 +139,8 @@ LONGEST = {
     "test_default_profile_runs_end_to_end[nt5]": 122,
     "test_smoke_profile_runs_end_to_end[xiaomi]": 105,
     "test_smoke_profile_runs_end_to_end[yishu]": 86,
+    "test_the_smoke_profile_on_slurm_gives_the_local_outputs": 300,
+    "test_the_smoke_profile_on_two_ray_nodes_gives_the_local_outputs": 240,
 }
 """Seconds the longest tests took in CI (2 workers; the kill sweeps reusing the fast tier's smoke
 runs). Only their order uses them: the longest start first (``--no-loadscope-reorder``), so the
