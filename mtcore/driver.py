@@ -221,6 +221,10 @@ class Driver:
                 )
             log.info("step %s: started (%s, %s)", planned.id, scheduler.describe(job_id),
                      need.describe())  # fmt: skip
+            if (scheduler.remote or need.gpus) and self.runner.hooks is not None:  # a job: no hooks
+                self.runner.hooks.hook.mtcore_step_started(
+                    step_id=planned.id, kind=planned.spec.kind, step_hash=planned.hash
+                )
         self.running[planned.id] = (need, time.monotonic())
         self.runner.running = list(self.running)
         if self.display is not None:
@@ -277,6 +281,10 @@ class Driver:
         manifest = ended.manifest or _read_manifest(final)
         if isinstance(manifest.get("content_key"), str):
             self.runner.indexed(manifest["content_key"], final)
+        if ended.manifest is None and self.runner.hooks is not None:  # ran as a job elsewhere
+            self.runner.hooks.hook.mtcore_step_finished(
+                step_id=planned.id, kind=planned.spec.kind, manifest=manifest
+            )
         self._finished(planned, "ran", manifest)
 
     def _finished(self, planned: PlannedStep, status: str, manifest: dict[str, Any]) -> None:

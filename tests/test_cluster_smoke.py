@@ -66,6 +66,7 @@ def test_the_smoke_profile_on_slurm_gives_the_local_outputs(tmp_path):
 
 def test_the_smoke_profile_on_two_ray_nodes_gives_the_local_outputs(tmp_path):
     work = tmp_path / "ray"
+    (tmp_path / "cluster").mkdir()
     with two_node_cluster(tmp_path / "cluster", head_cpus=1, worker_cpus=1, worker_gpus=0) as c:
         smoke(
             work,

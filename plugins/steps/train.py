@@ -346,12 +346,14 @@ def live_line(log: Path, max_update: int) -> str:
         if match and match.group(1) in ("train_inner", "train"):
             try:
                 record = json.loads(match.group(2))
-                updates = int(float(record.get("num_updates", 0)))
-                loss = float(record.get("loss", "nan"))
-                ups = float(record.get("ups", 0))
-            except (ValueError, TypeError):
+                line = f"update {int(float(record['num_updates']))}/{max_update}"
+                if "loss" in record:
+                    line += f" loss {float(record['loss']):.2f}"
+                if "ups" in record:
+                    line += f" {float(record['ups']):.1f} upd/s"
+            except (ValueError, TypeError, KeyError):
                 continue
-            return f"update {updates}/{max_update} loss {loss:.2f} {ups:.1f} upd/s"
+            return line
     return "update 0/" + str(max_update)
 
 
