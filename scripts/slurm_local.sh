@@ -131,7 +131,7 @@ start() {
     dir=$(cd "$1" && pwd)
     local host cpus mem_mb ctld_port slurmd_port
     host=$(hostname -s)
-    cpus=$(nproc)
+    cpus=$(getconf _NPROCESSORS_ONLN)  # not nproc: it follows OMP_NUM_THREADS, which tests set
     # RealMemory a little under the real total: slurmd drains a node that has less than it says.
     mem_mb=$(awk '/^MemTotal:/ {m = int($2 / 1024) - 512; print (m < 512 ? 512 : m)}' /proc/meminfo)
     ctld_port=$(free_port)
