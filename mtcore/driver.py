@@ -144,6 +144,7 @@ class Driver:
         self.failed: dict[str, BaseException] = {}
         self.skipped: set[str] = set()
         self.done: set[str] = set()
+        self.keys: dict[str, str] = {}
         free = self.slots
         for planned in self.plan:
             if not planned.deps:
@@ -172,8 +173,10 @@ class Driver:
             planned = self.by_id[item[2]]
             if planned.id in self.skipped:
                 continue
-            key = input_key(self.runner.workdir, self.by_id, planned)
-            manifest = self.runner.cached(planned, key)
+            if planned.id not in self.keys:  # a held step is looked at again each tick
+                self.keys[planned.id] = input_key(self.runner.workdir, self.by_id, planned)
+            key = self.keys[planned.id]
+            manifest = self.runner.cached(planned, key)  # again: a step beside may match it
             if manifest is not None:
                 self._finished(planned, "cached", manifest)
                 continue
