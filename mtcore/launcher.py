@@ -10,7 +10,8 @@ parent (``PR_SET_PDEATHSIG`` on the zygote and on every child). It computes exac
 cold command computes: nothing of the module runs in the zygote, only imports of libraries.
 
 One zygote serves one environment (torch and OpenMP read ``OMP_NUM_THREADS`` and the like once,
-at import), so a step whose environment differs gets a zygote of its own. A zygote that is gone
+at import), so a step whose environment differs gets a zygote of its own; and one command at a
+time, so steps running side by side in one environment get one each. A zygote that is gone
 (killed, crashed) is replaced by a cold start. ``MTCORE_WARM_START=0`` turns warm starts off.
 """
 
@@ -98,32 +99,51 @@ class Zygote:
                 self.proc.wait()
 
 
-_zygotes: dict[str, Zygote] = {}
+_zygotes: dict[str, Zygote] = {}  # "<n> <environment key>" -> zygote
+_taken: set[int] = set()  # ids of the zygotes a call is using (steps run side by side)
 _registry_lock = threading.Lock()
+_count = [0]
 
 
 def _key(env: dict[str, str]) -> str:
     return json.dumps(sorted((k, v) for k, v in env.items() if k not in _SKIP_KEY))
 
 
+def _take(key: str, env: dict[str, str]) -> tuple[str, Zygote]:
+    """An idle zygote of this environment, or a new one (one per command running at once:
+    a zygote serves one request at a time). Called under the registry lock."""
+    for name, zygote in list(_zygotes.items()):
+        gone = zygote.owner != os.getpid() or not zygote.alive()
+        if gone and id(zygote) not in _taken:
+            _zygotes.pop(name)
+    for name, zygote in _zygotes.items():
+        if name.split(" ", 1)[1] == key and id(zygote) not in _taken:
+            _taken.add(id(zygote))
+            return name, zygote
+    idle = [name for name, zygote in _zygotes.items() if id(zygote) not in _taken]
+    while len(_zygotes) >= MAX_ZYGOTES and idle:  # never one that is running a command
+        _zygotes.pop(idle.pop(0)).close()
+    _count[0] += 1
+    name = f"{_count[0]} {key}"
+    zygote = _zygotes[name] = Zygote(env)
+    _taken.add(id(zygote))
+    return name, zygote
+
+
 def call(module: str, argv: list[str], env: dict[str, str], log: Path) -> int | None:
     """Runs ``python -m module *argv`` in a warm fork with ``env``, output appended to ``log``;
     ``None`` when no zygote could run it (start it cold instead)."""
-    key = _key(env)
     with _registry_lock:
-        zygote = _zygotes.get(key)
-        if zygote is not None and (zygote.owner != os.getpid() or not zygote.alive()):
-            _zygotes.pop(key)
-            zygote = None
-        if zygote is None:
-            while len(_zygotes) >= MAX_ZYGOTES:
-                _zygotes.pop(next(iter(_zygotes))).close()
-            zygote = _zygotes[key] = Zygote(env)
-    status = zygote.call(module, argv, env, log)
+        name, zygote = _take(_key(env), env)
+    try:
+        status = zygote.call(module, argv, env, log)
+    finally:
+        with _registry_lock:
+            _taken.discard(id(zygote))
     if status is None:
         with _registry_lock:
-            if _zygotes.get(key) is zygote:
-                _zygotes.pop(key)
+            if _zygotes.get(name) is zygote:
+                _zygotes.pop(name)
     return status
 
 
@@ -134,3 +154,4 @@ def close_all() -> None:
             if zygote.owner == os.getpid():
                 zygote.close()
         _zygotes.clear()
+        _taken.clear()

@@ -136,3 +136,36 @@ def test_the_callers_directory_comes_first_on_the_path(tmp_path, monkeypatch):
     assert len(launcher._zygotes) == 1
     assert (tmp_path / "second.log").read_text(encoding="utf-8").endswith("second\n")
     launcher.close_all()
+
+
+SLEEPER = """\
+import sys, time
+print("start", time.time())
+time.sleep(float(sys.argv[1]))
+print("end", time.time())
+"""
+
+
+def test_commands_side_by_side_get_zygotes_of_their_own(probe):
+    """Steps running side by side (issue 42) each get a warm process: two 1.5 s commands of one
+    environment started at once overlap instead of waiting for the one zygote."""
+    import threading
+
+    (probe / "mtcore_sleeper.py").write_text(SLEEPER, encoding="utf-8")
+    logs = [probe / f"s{i}.log" for i in range(2)]
+
+    def go(log: Path) -> None:
+        run_logged([sys.executable, "-m", "mtcore_sleeper", "1.5"], log, "sleeper", warm=True)
+
+    threads = [threading.Thread(target=go, args=(log,)) for log in logs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    times = [
+        {line.split()[0]: float(line.split()[1]) for line in log.read_text().splitlines()[1:]}
+        for log in logs
+    ]
+    assert times[0]["start"] < times[1]["end"] and times[1]["start"] < times[0]["end"]
+    assert len(launcher._zygotes) == 2
+    launcher.close_all()
