@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,11 +153,11 @@ class Step(Plugin):
         raise NotImplementedError
 
     def resources(self) -> Resources:
-        """What one run of this configured step holds (the scheduler places steps by it): by
-        default one CPU thread, or the step's ``threads`` setting where it has one and sets
-        it. A recipe's ``resources:`` overrides it (:mod:`mtcore.resources`)."""
-        threads = getattr(self.config, "threads", None)
-        return Resources(cpus=threads if isinstance(threads, int) and threads > 0 else 1)
+        """What one run of this configured step holds (the scheduler places steps by it): the
+        step's ``threads`` setting where it has one (0, torch's default of every core, holds
+        this machine's cores), else one CPU thread. A recipe's ``resources:`` overrides it
+        (:mod:`mtcore.resources`)."""
+        return Resources(cpus=thread_count(getattr(self.config, "threads", None)))
 
     def work(self) -> dict[str, float]:
         """What the cost model needs to estimate this step's time before it has run: a
@@ -176,6 +177,14 @@ class Step(Plugin):
         tuned on a dev n-best) returns a copy that applies what it learned, and the input roles
         the copy no longer reads; by default the step itself, reading every input."""
         return self, ()
+
+
+def thread_count(threads: object) -> int:
+    """CPU threads a ``threads`` setting takes: itself, or every core for 0 (torch's default);
+    one for a step without the setting."""
+    if not isinstance(threads, int):
+        return 1
+    return threads if threads > 0 else (os.cpu_count() or 1)
 
 
 def config_dict(config: PluginConfig) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from mtcore.errors import DataError, StepError
 from mtcore.process import run_logged, tail
 from mtcore.resources import Resources
-from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
+from mtcore.step import Artifact, Step, StepContext, thread_count, write_artifact_meta
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,
@@ -59,10 +59,10 @@ class TrainStep(Step):
 
     def resources(self) -> Resources:
         """One GPU a process where the settings need GPUs (fp16/bf16: one process per GPU);
-        else ``threads`` CPU threads a process (1 when torch's default is kept). A recipe's
+        else ``threads`` CPU threads a process (every core for torch's default). A recipe's
         ``resources: {train: {gpus: N}}`` asks for GPUs for fp32 training."""
         c = self.config
-        threads = max(1, c.threads)
+        threads = thread_count(c.threads)
         if c.precision != "fp32":
             return Resources(cpus=threads, gpus=c.distributed_world_size)
         return Resources(cpus=threads * c.distributed_world_size)
