@@ -102,6 +102,20 @@ class Resources:
         return ",".join(parts)
 
 
+def largest(nodes: list[Resources]) -> Resources:
+    """The most one of ``nodes`` offers in each resource (what one step can get)."""
+    return Resources(
+        max(n.cpus for n in nodes), max(n.gpus for n in nodes), max(n.memory_gb for n in nodes)
+    )
+
+
+def total(nodes: list[Resources]) -> Resources:
+    """What ``nodes`` offer together (what all running steps can hold)."""
+    return Resources(
+        sum(n.cpus for n in nodes), sum(n.gpus for n in nodes), sum(n.memory_gb for n in nodes)
+    )
+
+
 def parse_slots(text: str) -> dict[str, int]:
     """``cpu=N,gpu=M`` (either may be left out) as ``{"cpu": N, "gpu": M}``."""
     out: dict[str, int] = {}

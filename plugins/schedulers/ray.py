@@ -19,7 +19,7 @@ from pydantic import Field
 from mtcore.errors import PluginError, StepError
 from mtcore.jobs import job_state
 from mtcore.plugin import PluginConfig
-from mtcore.resources import Resources
+from mtcore.resources import Resources, largest, total
 from mtcore.scheduling import Ended, Job, Scheduler
 
 INSTALL_HINT = "scheduler 'ray' needs Ray: pip install 'mtcore[ray]' (or 'ray[default]')"
@@ -111,20 +111,10 @@ class RayScheduler(Scheduler):
         return out
 
     def capacity(self) -> Resources:
-        nodes = self._nodes()
-        return Resources(
-            max(n.cpus for n in nodes),
-            max(n.gpus for n in nodes),
-            max(n.memory_gb for n in nodes),
-        )
+        return largest(self._nodes())
 
     def slots(self) -> Resources:
-        nodes = self._nodes()
-        return Resources(
-            sum(n.cpus for n in nodes),
-            sum(n.gpus for n in nodes),
-            sum(n.memory_gb for n in nodes),
-        )
+        return total(self._nodes())
 
     def submit(self, job: Job) -> str:
         import ray

@@ -20,7 +20,7 @@ from pydantic import Field
 from mtcore.errors import PluginError, StepError
 from mtcore.jobs import job_state, run_job
 from mtcore.plugin import PluginConfig
-from mtcore.resources import Resources, parse_time
+from mtcore.resources import Resources, largest, parse_time, total
 from mtcore.scheduling import Ended, Job, Scheduler
 
 INSTALL_HINT = "scheduler 'slurm' needs submitit: pip install 'mtcore[slurm]' (or submitit)"
@@ -97,18 +97,10 @@ class SlurmScheduler(Scheduler):
         return list(nodes.values())
 
     def capacity(self) -> Resources:
-        return Resources(
-            cpus=max(n.cpus for n in self._nodes),
-            gpus=max(n.gpus for n in self._nodes),
-            memory_gb=max(n.memory_gb for n in self._nodes),
-        )
+        return largest(self._nodes)
 
     def slots(self) -> Resources:
-        return Resources(
-            cpus=sum(n.cpus for n in self._nodes),
-            gpus=sum(n.gpus for n in self._nodes),
-            memory_gb=sum(n.memory_gb for n in self._nodes),
-        )
+        return total(self._nodes)
 
     def submit(self, job: Job) -> str:
         import submitit
