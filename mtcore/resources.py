@@ -15,6 +15,7 @@ step's hash.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -116,19 +117,39 @@ def total(nodes: list[Resources]) -> Resources:
     )
 
 
-def parse_slots(text: str) -> dict[str, int]:
+SLOTS_ENV = "MTCORE_SLOTS"
+"""Caps for runs that pass none (``cpu=N,gpu=M``, as ``--slots``): a machine that runs several
+mtcore runs at once (the test tiers' pytest-xdist workers) gives each its share."""
+
+
+def cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a Slurm or container
+    allocation), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_slots() -> dict[str, int]:
+    """The caps of a run given none: ``MTCORE_SLOTS`` where set, else none."""
+    text = os.environ.get(SLOTS_ENV, "").strip()
+    return parse_slots(text, f"{SLOTS_ENV}={text!r}") if text else {}
+
+
+def parse_slots(text: str, where: str = "") -> dict[str, int]:
     """``cpu=N,gpu=M`` (either may be left out) as ``{"cpu": N, "gpu": M}``."""
+    where = where or f"--slots {text!r}"
     out: dict[str, int] = {}
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
         if not sep or key not in ("cpu", "gpu") or not value.isdigit():
             raise MtcoreError(
-                f"--slots {text!r}: {part.strip()!r} is not cpu=N or gpu=N "
-                "(e.g. --slots cpu=4,gpu=2)"
+                f"{where}: {part.strip()!r} is not cpu=N or gpu=N (e.g. --slots cpu=4,gpu=2)"
             )
         out[key] = int(value)
     if out.get("cpu") == 0:
-        raise MtcoreError(f"--slots {text!r}: cpu must be at least 1")
+        raise MtcoreError(f"{where}: cpu must be at least 1")
     return out
 
 

@@ -28,6 +28,7 @@ from mtcore.jobs import make_executor, run_plugin
 from mtcore.plan import PlannedStep, make_plan, step_dir
 from mtcore.recipe import Recipe
 from mtcore.registry import Registry
+from mtcore.resources import default_slots
 from mtcore.step import config_dict
 
 __all__ = [
@@ -137,9 +138,9 @@ class Runner:
         """``label`` names this run's report files (``report.<label>.md``) where several
         variants share one workdir (``mtcore compare``, ``--ablate``). ``scheduler`` replaces
         the recipe's (``local``, ``ray``, ``slurm``); ``slots`` caps what steps hold at once
-        (``{"cpu": 1}``: one step at a time). ``display``: show the run's progress on stderr
-        (a terminal gets the live block, anything else plain lines); default: with
-        ``show_progress``."""
+        (``{"cpu": 1}``: one step at a time; default: ``MTCORE_SLOTS``). ``display``: show the
+        run's progress on stderr (a terminal gets the live block, anything else plain lines);
+        default: with ``show_progress``."""
         self.recipe = recipe
         self.registry = registry
         self.workdir = workdir
@@ -147,7 +148,7 @@ class Runner:
         self.show_progress = show_progress
         self.label = label
         self.scheduler_name = scheduler
-        self.slots = slots or {}
+        self.slots = slots if slots is not None else default_slots()
         self.keep_going = keep_going
         self.display = show_progress if display is None else display
         self.running: list[str] = []

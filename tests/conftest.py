@@ -12,8 +12,22 @@ import yaml
 
 from mtcore.process import thread_defaults
 from mtcore.registry import Registry, load_registry
+from mtcore.resources import SLOTS_ENV, cores
 
 thread_defaults()  # as the CLI does: OpenMP waits passively in the processes tests start
+
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    # Each pytest-xdist worker runs recipes of its own: each gets its share of the cores, as the
+    # sequential runner had (2 workers on 2 cores: one step at a time a run), not all of them.
+    os.environ.setdefault(SLOTS_ENV, f"cpu={max(1, cores() // _WORKERS)}")
+
+
+@pytest.fixture
+def uncapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``MTCORE_SLOTS`` share: for tests of steps side by side on a scheduler."""
+    monkeypatch.delenv(SLOTS_ENV, raising=False)
+
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ENJA = SHARED / "en-ja" / "odashi+small_parallel_enja"

@@ -17,7 +17,7 @@ import pytest
 from tests.ray_cluster import DRIVER_ENV, two_node_cluster
 from tests.slurm_cluster import slurm_cluster  # noqa: F401
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("uncapped")]
 ROOT = Path(__file__).resolve().parents[1]
 MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
 RECIPE = "yishu"
@@ -70,6 +70,7 @@ def test_the_smoke_profile_on_slurm_gives_the_local_outputs(tmp_path):
     assert len(jobs) == ran(work)  # every step that ran was a Slurm job
 
 
+@pytest.mark.long  # CI's budget: the fast tier's Ray tests run on the same two-node cluster
 def test_the_smoke_profile_on_two_ray_nodes_gives_the_local_outputs(tmp_path):
     work = tmp_path / "ray"
     (tmp_path / "cluster").mkdir()

@@ -30,6 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+LONG = pytest.mark.long
 MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
 KILLS = int(os.environ.get("MTCORE_KILL_SWEEP", "8"))
 SHARES = (0.5, 0.25, 0.75, 0.1, 0.9, 0.4, 0.6)  # of a step's first duration, kill after kill
@@ -162,7 +163,13 @@ def uninterrupted(recipe: str, tmp_path: Path) -> Path:
     return through
 
 
-@pytest.mark.parametrize("recipe", ["nt5", "yishu", "xiaomi", "hwtsc"])
+@pytest.mark.parametrize(
+    "recipe",
+    # NT5's and Yishu's sweeps in CI's slow tier; Xiaomi's and HW-TSC's (about 9 more minutes on
+    # the tier's two workers) in make test-long: the resume they test is the runner's, not the
+    # recipe's, and CI's budget holds two.
+    ["nt5", "yishu", pytest.param("xiaomi", marks=LONG), pytest.param("hwtsc", marks=LONG)],
+)
 def test_kill_sweep_resumes_to_the_uninterrupted_outputs(recipe: str, tmp_path: Path) -> None:
     through = uninterrupted(recipe, tmp_path)
     steps = timings(through)

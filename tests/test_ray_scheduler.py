@@ -29,7 +29,7 @@ from tests.test_scheduler import DIAMOND, overlap, recipe
 needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="ray is not installed"
 )
-pytestmark = needs_ray
+pytestmark = [needs_ray, pytest.mark.usefixtures("uncapped")]
 MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
 
 

@@ -23,6 +23,8 @@ from mtcore.runner import Runner
 from mtcore.schedule import remaining_paths, simulate
 from tests import probe_steps
 
+pytestmark = pytest.mark.usefixtures("uncapped")  # these runs set their own slots, or none
+
 
 @pytest.fixture(scope="module")
 def probe_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -180,6 +182,18 @@ def test_resource_overrides_by_default_kind_and_step(table, expected):
 )
 def test_wall_times(text, minutes):
     assert parse_time(text) == minutes
+
+
+def test_mtcore_slots_caps_runs_that_pass_none(registry, tmp_path, monkeypatch):
+    """MTCORE_SLOTS is the default of --slots: cpu=1 runs b and c of the diamond one after the
+    other; a bad value is an error naming the variable."""
+    monkeypatch.setenv("MTCORE_SLOTS", "cpu=1")
+    run(registry, recipe(DIAMOND), tmp_path / "one")
+    found = probe_steps.records(tmp_path / "one")
+    assert not overlap(found["b"], found["c"])
+    monkeypatch.setenv("MTCORE_SLOTS", "cores=1")
+    with pytest.raises(MtcoreError, match="MTCORE_SLOTS='cores=1'"):
+        run(registry, recipe(DIAMOND), tmp_path / "bad")
 
 
 def test_slots_are_parsed_and_bad_ones_named():

@@ -25,7 +25,7 @@ from tests.test_scheduler import DIAMOND, overlap, probe_root, recipe  # noqa: F
 MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
 
 
-@pytest.mark.usefixtures("slurm_cluster", "probe_root")
+@pytest.mark.usefixtures("slurm_cluster", "probe_root", "uncapped")
 def test_steps_run_as_slurm_jobs_side_by_side_to_the_local_outputs(tmp_path):
     registry = load_registry()
     doc = recipe(DIAMOND, scheduler={"name": "slurm", "poll_seconds": 0.5})
@@ -45,7 +45,7 @@ def test_steps_run_as_slurm_jobs_side_by_side_to_the_local_outputs(tmp_path):
     assert list((tmp_path / "slurm" / "logs" / "steps").glob("b-*.slurm/*_log.out"))
 
 
-@pytest.mark.usefixtures("slurm_cluster", "probe_root")
+@pytest.mark.usefixtures("slurm_cluster", "probe_root", "uncapped")
 def test_a_killed_driver_is_followed_by_one_that_reattaches(tmp_path):
     steps = {
         "a": {"kind": "probe_wait", "seconds": 0, "value": "a"},

@@ -21,7 +21,7 @@ from pydantic import Field
 from mtcore.errors import StepError
 from mtcore.plugin import PluginConfig
 from mtcore.process import PARENT_ENV, tail
-from mtcore.resources import Resources
+from mtcore.resources import Resources, cores
 from mtcore.scheduling import Ended, Job, Scheduler
 
 
@@ -48,7 +48,10 @@ def total_memory_gb() -> float:
 
 class LocalSchedulerConfig(PluginConfig):
     cpus: int | None = Field(
-        None, ge=1, le=4096, description="CPU threads steps hold at once; default: the cores"
+        None,
+        ge=1,
+        le=4096,
+        description="CPU threads steps hold at once; default: the cores it may use",
     )
     gpus: int | None = Field(
         None, ge=0, le=256, description="GPUs steps hold at once; default: the visible devices"
@@ -77,7 +80,7 @@ class LocalScheduler(Scheduler):
 
     def capacity(self) -> Resources:
         c = self.config
-        cpus = c.cpus if c.cpus is not None else (os.cpu_count() or 1)
+        cpus = c.cpus if c.cpus is not None else cores()
         gpus = c.gpus if c.gpus is not None else visible_gpus()
         return Resources(cpus=cpus, gpus=gpus, memory_gb=total_memory_gb())
 
