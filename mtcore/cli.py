@@ -370,8 +370,9 @@ def with_plugin_commands() -> click.Group:
 
 
 def main() -> None:
-    from mtcore.process import thread_defaults
+    from mtcore.process import safe_torch_loads, thread_defaults
 
-    thread_defaults()  # before any worker process starts
+    thread_defaults()  # both before any worker process starts
+    safe_torch_loads()
 
     with_plugin_commands()(obj={})

@@ -345,9 +345,10 @@ def make_executor(recipe: Recipe, registry: Registry) -> Executor:
 
 
 def main(argv: list[str]) -> int:
-    from mtcore.process import thread_defaults
+    from mtcore.process import safe_torch_loads, thread_defaults
 
     thread_defaults()
+    safe_torch_loads()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

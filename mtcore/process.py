@@ -60,6 +60,17 @@ def thread_defaults() -> None:
         os.environ.setdefault(key, value)
 
 
+def safe_torch_loads() -> None:
+    """Every ``torch.load`` of this process and of the processes it starts reads weights only,
+    whatever the environment says: ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` would otherwise turn
+    fairseq's own loads (decoding, the neural LM scorer, the CTranslate2 converter), which pass
+    no ``weights_only``, into pickle loads that run a crafted checkpoint's code. torch then
+    refuses any global outside the allow-list (mtcore_plugins.common.fairseq_setup), even for a
+    call that asks ``weights_only=False``."""
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+
+
 def run_logged(
     cmd: list[str],
     log_path: Path,

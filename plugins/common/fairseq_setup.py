@@ -50,8 +50,13 @@ def root_logging_kept() -> Iterator[None]:
 
 
 def add_safe_globals() -> None:
+    """The allow-list above, and every torch load of the process weights-only whatever the
+    environment says (:func:`mtcore.process.safe_torch_loads`)."""
     import torch.serialization
 
+    from mtcore.process import safe_torch_loads
+
+    safe_torch_loads()
     torch.serialization.add_safe_globals(safe_globals())
 
 
