@@ -52,7 +52,13 @@ from mtcore.step import Artifact, StepContext, config_dict
 
 log = logging.getLogger("mtcore")
 # what a job elsewhere takes from the driver's environment (the rest is the node's own)
-PASSED_ENV = ("MTCORE_MIRROR", "MTCORE_WARM_START", "MTCORE_DOWNLOADS", "OMP_WAIT_POLICY")
+PASSED_ENV = (
+    "MTCORE_MIRROR",
+    "MTCORE_MIRROR_REPLICAS",
+    "MTCORE_WARM_START",
+    "MTCORE_DOWNLOADS",
+    "OMP_WAIT_POLICY",
+)
 
 
 def partial_dir(workdir: Path, planned: PlannedStep) -> Path:

@@ -43,6 +43,7 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             patch.delenv(var, raising=False)
         patch.setenv("no_proxy", "127.0.0.1")
         patch.setenv(_mirror.MIRROR_ENV, server.url(""))
+        patch.setenv(_mirror.REPLICAS_ENV, "1")  # the rehearsal's stand-ins, by the user's choice
         patch.setenv("MTCORE_CACHE", str(root / "cache"))
         _mirror._replicas.clear()
         try:
@@ -113,6 +114,33 @@ def test_a_replica_is_cached_under_its_own_hash_never_the_real_files(
     assert spec.url == mirror["server"].url("/" + url.split("://", 1)[1])
     assert spec.sha256 == _mirror.replica_hashes(_mirror.mirror_base() or "", 5)[url] != pinned
     assert not list((mirror["root"] / "cache").rglob(f"{pinned}*"))
+
+
+def test_a_pinned_sha256_is_final_unless_the_user_accepts_replicas(
+    mirror: dict[str, Any], monkeypatch
+) -> None:
+    """The mirror lists a replica for the address; without MTCORE_MIRROR_REPLICAS the recipe's
+    pin stands, mirror.json is never read, and the replica fails the pin: deleted, not cached."""
+    monkeypatch.delenv(_mirror.REPLICAS_ENV)
+    _mirror._replicas.clear()
+    built = mirror["built"]
+    url = next(u for u, info in built.items() if info["kind"] == "replica" and "kftt" in u)
+    pinned = "0" * 64
+    source = UrlSource.from_dict(
+        {"archive": {"url": url, "sha256": pinned}, "member": {"en": "*/kyoto-train.en"}}
+    )
+    before = len(mirror["server"].requests)
+    (spec,) = source.fetched_specs()
+    assert spec.sha256 == pinned and spec.url.startswith(mirror["server"].url("/"))
+    with pytest.raises(DataError, match=f"sha256 mismatch: expected {pinned}"):
+        source.download(Stats())
+    served = [path for path, _ in mirror["server"].requests[before:]]
+    assert "/" + _mirror.MANIFEST not in served and served, served
+    cached = (mirror["root"] / "cache").rglob(f"{pinned}*")
+    assert [path.name for path in cached if path.suffix != ".lock"] == []
+    monkeypatch.setenv(_mirror.REPLICAS_ENV, "maybe")
+    with pytest.raises(DataError, match="MTCORE_MIRROR_REPLICAS='maybe'"):
+        source.fetched_specs()
 
 
 def test_the_mirror_is_part_of_the_fingerprint(mirror: dict[str, Any], monkeypatch) -> None:

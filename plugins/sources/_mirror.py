@@ -1,13 +1,16 @@
 """Downloads through a mirror: with ``$MTCORE_MIRROR`` set to a base address, every ``url``
 source fetches ``<base>/<host><path>`` instead of ``<scheme>://<host><path>``.
 
-A mirror of the real files (an institute's copy for a cluster without internet) keeps every
-pinned sha256. A mirror that serves stand-ins (the test suite's dress rehearsal, miniature
-replicas with the real names and layouts) says so in ``<base>/mirror.json``:
-``{"replicas": {"<original address>": "<sha256 of the replica>"}}``; those files are checked
-against the replica's hash instead, and are cached under it, so a replica never takes the place
-of a real file in the download cache. The mirror is part of a source's fingerprint: a workdir
-never reuses a corpus fetched from a mirror for a run without it, or the other way round.
+A mirror is a copy of the real files (an institute's copy for a cluster without internet):
+every pinned sha256 is final, checked file by file; nothing the mirror says changes it.
+
+Stand-ins (the test suite's dress rehearsal: miniature replicas with the real names and layouts)
+are the user's choice, never the mirror's: only with ``$MTCORE_MIRROR_REPLICAS=1`` set is the
+mirror's ``<base>/mirror.json`` read, ``{"replicas": {"<original address>": "<sha256 of the
+replica>"}}``, and those files checked against the replica's hash instead, and cached under
+it, so a replica never takes the place of a real file in the download cache. The mirror (and
+the replicas' choice) is part of a source's fingerprint: a workdir never reuses a corpus
+fetched from a mirror for a run without it, or the other way round.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from urllib.parse import urlsplit
 from mtcore.errors import DataError
 
 MIRROR_ENV = "MTCORE_MIRROR"
+REPLICAS_ENV = "MTCORE_MIRROR_REPLICAS"
 MANIFEST = "mirror.json"
 
 _replicas: dict[str, dict[str, str]] = {}
@@ -35,6 +39,16 @@ def mirror_base() -> str | None:
     return base.rstrip("/")
 
 
+def replicas_allowed() -> bool:
+    """Whether the user accepts the stand-ins a mirror lists (``MTCORE_MIRROR_REPLICAS=1``)."""
+    value = os.environ.get(REPLICAS_ENV, "").strip().lower()
+    if value in ("", "0", "no", "false"):
+        return False
+    if value in ("1", "yes", "true"):
+        return True
+    raise DataError(f"{REPLICAS_ENV}={value!r}: give 1 (accept a mirror's replicas) or 0")
+
+
 def mirror_address(url: str, base: str) -> str:
     """``url``'s copy on the mirror: host and path under the base, query kept."""
     parts = urlsplit(url)
@@ -43,8 +57,10 @@ def mirror_address(url: str, base: str) -> str:
 
 
 def replica_hashes(base: str, timeout: float) -> dict[str, str]:
-    """Original address -> sha256 of the stand-in the mirror serves (empty for a true mirror,
-    which has no ``mirror.json``)."""
+    """Original address -> sha256 of the stand-in the mirror serves: empty unless the user
+    accepts replicas, and for a true mirror, which has no ``mirror.json``."""
+    if not replicas_allowed():
+        return {}
     if base not in _replicas:
         import urllib.error
         import urllib.request

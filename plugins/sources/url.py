@@ -15,7 +15,8 @@ Without ``sha256`` nothing guards against the server changing the file between t
 attempts; the actual hash is logged so it can be pinned.
 
 With ``$MTCORE_MIRROR`` set, every address is fetched from that mirror instead (:mod:`._mirror`:
-an internal copy of the real files, or the dress rehearsal's replicas).
+an internal copy of the real files, pins final; the dress rehearsal's replicas only with
+``$MTCORE_MIRROR_REPLICAS=1``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,12 @@ from mtcore_plugins.sources._layout import (
     read_layout,
     text_format,
 )
-from mtcore_plugins.sources._mirror import mirror_address, mirror_base, replica_hashes
+from mtcore_plugins.sources._mirror import (
+    mirror_address,
+    mirror_base,
+    replica_hashes,
+    replicas_allowed,
+)
 
 log = logging.getLogger("mtcore.sources.url")
 
@@ -180,11 +186,18 @@ class UrlSource(Source):
         (nothing is downloaded)."""
         found: list[Any] = [spec.sha256 or spec.url for spec in self.specs()]
         base = mirror_base()
-        return json.dumps(found if base is None else [*found, {"mirror": base}])
+        if base is None:
+            return json.dumps(found)
+        mirror: dict[str, Any] = {
+            "mirror": base,
+            **({"replicas": True} if replicas_allowed() else {}),
+        }
+        return json.dumps([*found, mirror])
 
     def fetched_specs(self) -> list[FileSpec]:
-        """``specs`` as downloaded: through ``$MTCORE_MIRROR`` when it is set, a replica checked
-        against the hash the mirror gives for it (:mod:`._mirror`)."""
+        """``specs`` as downloaded: through ``$MTCORE_MIRROR`` when it is set, each checked
+        against its pinned hash; a replica against the hash the mirror gives for it only when
+        the user accepts replicas (``$MTCORE_MIRROR_REPLICAS=1``, :mod:`._mirror`)."""
         base = mirror_base()
         if base is None:
             return self.specs()
