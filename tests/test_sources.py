@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import ssl
 import struct
 import threading
 from pathlib import Path
@@ -490,8 +491,10 @@ def test_gettext_system_pivot_zh_ja() -> None:
 class LoopbackServer:
     """Serves ``files`` (path -> bytes) on 127.0.0.1 with Range support; records requests."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[Path, Path] | None = None) -> None:
+        """``tls``: certificate and key files; the server then speaks https."""
         self.files: dict[str, bytes] = {}
+        self.redirects: dict[str, str] = {}  # path -> address of a 302
         self.requests: list[tuple[str, str | None]] = []
         self.cuts: dict[str, list[int]] = {}  # path -> bytes sent before hanging up, per request
         self.ignore_range = False
@@ -500,6 +503,12 @@ class LoopbackServer:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 state.requests.append((self.path, self.headers.get("Range")))
+                if self.path in state.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", state.redirects[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 body = state.files.get(self.path)
                 if body is None:
                     self.send_error(404)
@@ -526,13 +535,19 @@ class LoopbackServer:
                 pass
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
         )
         self.thread.start()
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}{path}"
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -3,12 +3,19 @@ checksum is final, a local Ray cluster is private to this machine."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from mtcore.errors import DataError
+from mtcore.stats import Stats
+from mtcore_plugins.sources._download import Downloader, FileSpec
+from tests.test_sources import LoopbackServer
 
 PAYLOAD = """
 import sys
@@ -81,3 +88,47 @@ def test_without_the_guard_the_opt_out_runs_the_payload(tmp_path):
         timeout=300,
     )
     assert marker.exists()
+
+
+@pytest.fixture
+def https(tmp_path, monkeypatch) -> Iterator[tuple[LoopbackServer, LoopbackServer]]:
+    """An https server on 127.0.0.1 with a certificate this process trusts (SSL_CERT_FILE),
+    and a plain http one."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    secure, plain = LoopbackServer(tls=(cert, key)), LoopbackServer()
+    yield secure, plain
+    secure.close()
+    plain.close()
+
+
+def test_an_https_download_is_never_redirected_to_plain_http(https, tmp_path):
+    secure, plain = https
+    body = b"a line\n" * 100
+    pin = hashlib.sha256(body).hexdigest()
+    secure.files["/moved.en"] = plain.files["/c.en"] = secure.files["/c.en"] = body
+    secure.redirects["/old.en"] = secure.url("/moved.en")  # https -> https: followed
+    secure.redirects["/c.en"] = plain.url("/c.en")  # https -> http: refused
+
+    def download(path: str) -> Path:
+        spec = FileSpec(url=secure.url(path), sha256=pin)
+        return Downloader(tmp_path / path.strip("/"), 5, 0, 0, Stats()).fetch(spec)
+
+    assert download("/old.en").read_bytes() == body
+    with pytest.raises(DataError, match=r"/c\.en: redirected to http://127\.0\.0\.1:\d+/c\.en"):
+        download("/c.en")
+    assert plain.requests == []
+    assert [p.name for p in (tmp_path / "c.en").iterdir() if p.suffix != ".lock"] == []

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -90,6 +91,22 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class NoDowngrade(urllib.request.HTTPRedirectHandler):
+    """Redirects as urllib follows them, except from https to anything else: the file would
+    come over a connection anyone on the way can read and change (curl and pip refuse too)."""
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
+        if urlsplit(req.full_url).scheme == "https" and urlsplit(newurl).scheme != "https":
+            raise DataError(
+                f"{req.full_url}: redirected to {newurl}, which is not https; an https "
+                "download is never followed to a plain connection (give the https address "
+                "the server means, or the http one yourself)"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 class Downloader:
     """Fetches files into ``cache``: resume from ``.part``, verify, rename into place."""
 
@@ -132,12 +149,10 @@ class Downloader:
         raise DataError(f"{url}: download failed after {self.retries + 1} attempts: {error}{kept}")
 
     def _attempt(self, url: str, part: Path) -> None:
-        import urllib.request
-
         offset = part.stat().st_size if part.exists() else 0
         headers = {"User-Agent": USER_AGENT, **({"Range": f"bytes={offset}-"} if offset else {})}
         try:
-            response = urllib.request.urlopen(
+            response = urllib.request.build_opener(NoDowngrade).open(
                 urllib.request.Request(url, headers=headers), timeout=self.timeout
             )
         except urllib.error.HTTPError as exc:
