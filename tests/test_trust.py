@@ -4,6 +4,7 @@ checksum is final, a local Ray cluster is private to this machine."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -132,3 +133,48 @@ def test_an_https_download_is_never_redirected_to_plain_http(https, tmp_path):
         download("/c.en")
     assert plain.requests == []
     assert [p.name for p in (tmp_path / "c.en").iterdir() if p.suffix != ".lock"] == []
+
+
+JOIN = """
+import ray, sys
+try:
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+except ConnectionError as exc:
+    print("refused:", exc)
+else:
+    print("joined", ray.cluster_resources().get("CPU"))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def test_a_local_ray_cluster_admits_only_who_holds_its_token():
+    """The executor's local cluster (Ray's servers listen on every interface in this release)
+    takes no driver without the token it was started with: one with it joins, so the
+    refusal is the token's doing. The environment is as before once it is closed."""
+    import ray
+
+    from mtcore_plugins.executors.ray import RayExecutor
+
+    before = {key: os.environ.get(key) for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    executor = RayExecutor.from_dict({"num_cpus": 1, "workers": 1})
+    try:
+        assert executor.run_on_workers(os.getpid)
+        gcs = ray.get_runtime_context().gcs_address
+        token = os.environ["RAY_AUTH_TOKEN"]
+        assert len(token) == 64 and token != before["RAY_AUTH_TOKEN"]
+        outsider = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        results = [
+            subprocess.run(
+                [sys.executable, "-c", JOIN, gcs],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
+            for env in (outsider, {**outsider, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token})
+        ]
+    finally:
+        executor.close()
+    assert results[0].startswith("refused:"), results
+    assert results[1].startswith("joined 1.0"), results
+    assert {key: os.environ.get(key) for key in before} == before

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 
 from mtcore.errors import PluginError, StepError
 from mtcore.plugin import Executor, PluginConfig
+from mtcore_plugins.common.ray_local import restore, start_private
 
 INSTALL_HINT = "executor 'ray' needs Ray, which is not installed: pip install 'mtcore[ray]'"
 log = logging.getLogger("mtcore.executors.ray")
@@ -128,6 +129,7 @@ class RayExecutor(Executor):
         require_ray()
         self._initialized = False  # whether this executor called ray.init
         self._local = False  # whether that started a local cluster
+        self._auth_env: dict[str, str | None] | None = None  # what start_private replaced
         self._workers: list[Any] = []
         self._lock = threading.Lock()  # steps running side by side share the workers
 
@@ -174,6 +176,9 @@ class RayExecutor(Executor):
 
             ray.shutdown()  # stops a local cluster; only disconnects from one given by address
             self._initialized = False
+            if self._auth_env is not None:
+                restore(self._auth_env)
+                self._auth_env = None
 
     def _connect(self) -> Any:
         try:
@@ -183,14 +188,11 @@ class RayExecutor(Executor):
         if ray.is_initialized():  # this process already joined a cluster: use it, keep it
             return ray
         address = self.config.address or "local"
-        kwargs: dict[str, Any] = {"num_cpus": self.config.num_cpus} if address == "local" else {}
         try:
-            ray.init(
-                address=address,
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-                **kwargs,
-            )
+            if address == "local":  # private to this machine: ray_local.py
+                self._auth_env = start_private(ray, num_cpus=self.config.num_cpus)
+            else:
+                ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise PluginError(
                 f"executor 'ray': cannot connect to the Ray cluster at {address!r}: {exc} "

@@ -21,6 +21,7 @@ from mtcore.jobs import job_state
 from mtcore.plugin import PluginConfig
 from mtcore.resources import Resources, largest, total
 from mtcore.scheduling import Ended, Job, Scheduler
+from mtcore_plugins.common.ray_local import restore, start_private
 
 INSTALL_HINT = "scheduler 'ray' needs Ray: pip install 'mtcore[ray]' (or 'ray[default]')"
 
@@ -60,6 +61,7 @@ class RayScheduler(Scheduler):
         super().__init__(config)
         self._watched: dict[str, tuple[str, Any, Path]] = {}  # step -> (name, call ref, folder)
         self._started_here = False
+        self._auth_env: dict[str, str | None] | None = None  # what start_private replaced
         self._prefix = "mtcore"
 
     def open(self, workdir: Path) -> None:
@@ -70,13 +72,8 @@ class RayScheduler(Scheduler):
         if not ray.is_initialized():
             address = self.config.address
             try:
-                if address is None:  # a cluster of this machine, private to it
-                    ray.init(
-                        namespace=self.config.namespace,
-                        include_dashboard=False,
-                        logging_level=logging.WARNING,
-                        _node_ip_address="127.0.0.1",
-                    )
+                if address is None:  # a cluster of this machine, private to it: ray_local.py
+                    self._auth_env = start_private(ray, namespace=self.config.namespace)
                 else:
                     ray.init(
                         address=address,
@@ -186,6 +183,9 @@ class RayScheduler(Scheduler):
 
             ray.shutdown()
             self._started_here = False
+            if self._auth_env is not None:
+                restore(self._auth_env)
+                self._auth_env = None
 
     def describe(self, job_id: str) -> str:
         return f"ray actor {job_id}"
