@@ -14,6 +14,60 @@ from mtcore.registry import suggest
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
+MAX_VALUES = 1_000_000
+"""Values a recipe may hold once its YAML aliases are expanded: the four recipes hold a few
+thousand. Aliases share one object when loaded, but every later walk (profiles, interpolation,
+validation, hashing) visits each use: nine nested levels of ten aliases in 384 bytes are a
+billion values to walk."""
+
+
+MAX_CHARS = 16 << 20
+"""Characters a recipe (or a ``--set`` value) may have: the largest recipe has about 60,000."""
+
+
+def safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load``, refusing a document whose aliases expand past :data:`MAX_VALUES`
+    values or refer to themselves; counted on the loaded objects in linear time."""
+    if len(text) > MAX_CHARS:
+        raise RecipeError(
+            [f"{len(text):,} characters: past the {MAX_CHARS:,} a recipe may have"], where
+        )
+    try:
+        document = yaml.safe_load(text)
+    except RecursionError:
+        raise RecipeError(["YAML nested too deeply"], where) from None
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, dict | list):
+            return 1
+        key = id(node)
+        if key in sizes:
+            if sizes[key] < 0:
+                raise RecipeError(["a YAML alias refers to itself (inside its anchor)"], where)
+            return sizes[key]
+        sizes[key] = -1
+        children = node.items() if isinstance(node, dict) else enumerate(node)
+        total = 1
+        for _, child in children:
+            total += size(child)
+            if total > MAX_VALUES:
+                raise RecipeError(
+                    [
+                        f"YAML aliases expand to more than {MAX_VALUES:,} values; a recipe "
+                        "holds thousands (anchors are for sharing a block, not multiplying it)"
+                    ],
+                    where,
+                )
+        sizes[key] = total
+        return total
+
+    try:
+        size(document)
+    except RecursionError:
+        raise RecipeError(["YAML nested too deeply"], where) from None
+    return document
+
 
 def deep_merge(base: Any, override: Any) -> Any:
     """Mappings merge key by key; anything else replaces. ``None`` deletes the key (so a
@@ -41,7 +95,7 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
     if not path:
         raise RecipeError([f"--set {assignment!r}: empty key"], "command line")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_yaml(raw, "command line") if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise RecipeError(
             [f"--set {assignment!r}: value is not valid YAML ({exc})"], "command line"

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mtcore.errors import PluginError, RecipeError
-from mtcore.overrides import resolve_document
+from mtcore.overrides import resolve_document, safe_yaml
 from mtcore.plugin import Plugin, PluginConfig
 from mtcore.recipe_graph import (
     check_cycles,
@@ -121,7 +121,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise RecipeError([f"cannot read recipe: {exc.strerror}"], str(path)) from exc
     try:
-        document = yaml.safe_load(text)
+        document = safe_yaml(text, str(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

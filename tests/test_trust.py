@@ -178,3 +178,46 @@ def test_a_local_ray_cluster_admits_only_who_holds_its_token():
     assert results[0].startswith("refused:"), results
     assert results[1].startswith("joined 1.0"), results
     assert {key: os.environ.get(key) for key in before} == before
+
+
+LAUGHS = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (LAUGHS, "YAML aliases expand to more than 1,000,000 values"),
+        ("a: &a [1, *a]\n", "a YAML alias refers to itself"),
+        ("a: " + "[" * 1500 + "]" * 1500 + "\n", "YAML nested too deeply"),
+        ("a: '" + "x" * (17 << 20) + "'\n", "characters: past the 16,777,216"),
+    ],
+    ids=["billion-laughs", "self-reference", "deep", "huge-scalar"],
+)
+def test_a_hostile_recipe_is_a_clean_error_within_a_second(tmp_path, text, message):
+    """Before the bound, LAUGHS (384 bytes) loaded as shared objects and every walk after it
+    visited a billion values (minutes). The issue asks for an error within a second; the bound
+    here is 5 s so that a loaded CI machine does not fail it, still far from minutes."""
+    import time
+
+    from mtcore.errors import RecipeError
+    from mtcore.recipe import load_recipe
+    from mtcore.registry import load_registry
+
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text, encoding="utf-8")
+    registry = load_registry()
+    start = time.perf_counter()
+    with pytest.raises(RecipeError, match=message) as caught:
+        load_recipe(path, registry)
+    assert time.perf_counter() - start < 5.0
+    assert str(path) in str(caught.value)
+
+
+def test_a_set_value_is_bounded_too():
+    from mtcore.errors import RecipeError
+    from mtcore.overrides import parse_set
+
+    with pytest.raises(RecipeError, match="YAML aliases expand"):
+        parse_set("steps.x=" + LAUGHS)
