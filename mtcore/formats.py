@@ -58,7 +58,7 @@ def sgm_segments(
         if text is None:
             yield number, None
             continue
-        found = SEG.search(text)
+        found = SEG.match(text)  # anchored: search tried every later "<seg" (quadratic)
         if found is None:
             raise DataError(f"{path}:{number}: a <seg line without </seg>: {text[:80]!r}")
         yield number, clean(found.group(1))

@@ -221,3 +221,23 @@ def test_a_set_value_is_bounded_too():
 
     with pytest.raises(RecipeError, match="YAML aliases expand"):
         parse_set("steps.x=" + LAUGHS)
+
+
+def test_a_seg_line_of_many_seg_tags_is_read_in_linear_time(tmp_path):
+    """The ``<seg>`` pattern was searched from every ``<seg`` of the line: 200 KB of them took
+    about a minute (40 KB: 3 s), the 1 MiB line limit about half an hour. Anchored, it is
+    milliseconds; the bound here only has to tell the two apart on a loaded machine."""
+    import time
+
+    from mtcore.corpus import InputPolicy
+    from mtcore.formats import read_sgm
+
+    hostile = "<seg>" * 40_000
+    files = []
+    for lang, line in (("en", hostile), ("de", '<seg id="1">Hallo</seg>')):
+        files.append(tmp_path / f"t.{lang}.sgm")
+        files[-1].write_text(f'<doc docid="d">\n{line}\n</doc>\n', encoding="utf-8")
+    start = time.perf_counter()
+    with pytest.raises(DataError, match=r"t\.en\.sgm:2: a <seg line without </seg>"):
+        list(read_sgm(files, InputPolicy(), Stats()))
+    assert time.perf_counter() - start < 5.0
