@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -241,3 +242,177 @@ def test_a_seg_line_of_many_seg_tags_is_read_in_linear_time(tmp_path):
     with pytest.raises(DataError, match=r"t\.en\.sgm:2: a <seg line without </seg>"):
         list(read_sgm(files, InputPolicy(), Stats()))
     assert time.perf_counter() - start < 5.0
+
+
+# ---------------------------------------------------------------- exported systems
+
+
+def write_system(folder: Path) -> dict:
+    """A small exported system by hand: fullwidth -> ASCII normalisation of the new text, then
+    truecasing with a model shipped under artifacts/ (only loaded here, never run)."""
+    model = folder / "artifacts" / "truecaser-0123456789.model"
+    model.mkdir(parents=True)
+    (model / "model.txt").write_text("the\nThe\n", encoding="utf-8")
+    (model / "artifact.json").write_text("{}", encoding="utf-8")
+    info = {
+        "format": 2,
+        "mtcore": "0.1",
+        "recipe": "r",
+        "profile": None,
+        "stage": {
+            "name": "norm",
+            "direction": "enja",
+            "evaluate": "eval",
+            "hyp": ["norm", "corpus"],
+            "test": ["test", "corpus"],
+        },
+        "test_set": {"langs": ["en", "ja"], "name": "corpus", "hash": "0123456789abcdef"},
+        "scores": {"BLEU": {"score": 1.0}},
+        "steps": [
+            {
+                "id": "norm",
+                "kind": "normalize",
+                "hash": "0123456789abcdef",
+                "config": {"processors": [{"name": "fullwidth"}]},
+                "inputs": {"corpus": ["test", ""]},
+            },
+            {
+                "id": "tc",
+                "kind": "truecase",
+                "hash": "0123456789abcdef",
+                "config": {},
+                "inputs": {
+                    "corpus": ["step", "norm/corpus"],
+                    "model": ["artifact", "artifacts/truecaser-0123456789.model"],
+                },
+            },
+        ],
+        "artifacts": {
+            f"artifacts/truecaser-0123456789.model/{name}": hashlib.sha256(
+                (model / name).read_bytes()
+            ).hexdigest()
+            for name in ("artifact.json", "model.txt")
+        },
+    }
+    save(folder, info)
+    return info
+
+
+def save(folder: Path, info: dict) -> None:
+    (folder / "system.json").write_text(json.dumps(info), encoding="utf-8")
+
+
+def load(folder: Path):
+    from mtcore.export import load_system
+    from mtcore.registry import load_registry
+
+    return load_system(folder, load_registry())
+
+
+def test_a_valid_system_loads_and_translates(tmp_path):
+    write_system(tmp_path)
+    system = load(tmp_path)
+    assert [r.id for r in system.replays] == ["norm", "tc"]
+    assert system.executor == ("local", {})
+    del system.replays[1]  # the hand-made truecaser is not a real model: translate up to norm
+    assert system.translate(["\uff28\uff45\uff4c\uff4c\uff4f"]) == ["Hello"]  # fullwidth
+
+
+def edit(info: dict, path: str, value: object) -> dict:
+    """A copy of ``info`` with the dotted ``path`` set (``None``... deletes nothing: sets)."""
+    out = json.loads(json.dumps(info))
+    node = out
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    last = keys[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("steps.0.id", "../../escape/pwned", r"steps\.0\.id: String should match pattern"),
+        ("steps.1.inputs.model", ["artifact", "/etc"], "is not a directory under artifacts/"),
+        ("steps.1.inputs.model", ["artifact", "artifacts/../.."], "not a directory under"),
+        ("steps.1.inputs.corpus", ["step", "later/corpus"], "no output of an earlier step"),
+        ("steps.0.kind", "train", "not one a replayed path holds"),
+        ("steps.0.kind", "no_such_kind", "Unknown step"),
+        ("steps.0.config", {"processors": [{"name": "nfkc"}]}, "Unknown processor 'nfkc'"),
+        ("steps.0.config", {"shard_size": "x"}, "config"),
+        ("steps.0.inputs", {"extra": ["test", ""]}, "reads no input 'extra'"),
+        ("steps.0.hash", "../x", r"steps\.0\.hash: String should match"),
+        ("executor", {"name": "ray", "settings": {"runtime_env": {}}}, "Extra inputs"),
+        ("format", 1, "format 1; this mtcore reads 2"),
+        ("stage.hyp", ["ghost", "corpus"], "stage.hyp names no step"),
+    ],
+)
+def test_a_hostile_system_json_is_a_clean_error(tmp_path, path, value, message):
+    """Each finding of the review: ids used as paths, artifact paths outside the directory,
+    kinds and settings no replay has, executor settings (a runtime_env put the directory on
+    PYTHONPATH), all refused before any step runs."""
+    from mtcore.errors import MtcoreError
+
+    info = write_system(tmp_path)
+    save(tmp_path, edit(info, path, value))
+    with pytest.raises(MtcoreError, match=message) as caught:
+        load(tmp_path)
+    assert "system.json" in str(caught.value) or str(tmp_path) in str(caught.value)
+
+
+def test_changed_unlisted_and_linked_artifacts_are_refused(tmp_path):
+    from mtcore.errors import MtcoreError
+
+    write_system(tmp_path)
+    model = tmp_path / "artifacts" / "truecaser-0123456789.model"
+    (model / "model.txt").write_text("the\nTHE\n", encoding="utf-8")
+    with pytest.raises(MtcoreError, match=r"model\.txt: sha256 differs"):
+        load(tmp_path)
+    (model / "model.txt").write_text("the\nThe\n", encoding="utf-8")
+    load(tmp_path)
+    (tmp_path / "artifacts" / "sitecustomize.py").write_text("import os\n", encoding="utf-8")
+    with pytest.raises(MtcoreError, match=r"not listed in system\.json: artifacts/sitecustomize"):
+        load(tmp_path)
+    (tmp_path / "artifacts" / "sitecustomize.py").unlink()
+    (model / "model.txt").unlink()
+    (model / "model.txt").symlink_to("/etc/hostname")
+    with pytest.raises(MtcoreError, match="a symbolic link"):
+        load(tmp_path)
+
+
+def test_random_damage_to_system_json_ends_in_clean_errors_fast(tmp_path):
+    """A fuzz of system.json: bytes flipped, cut, duplicated; every load ends in a clean
+    MtcoreError (or loads, where the damage hit a free-text value) within a second."""
+    import random
+    import time
+
+    from mtcore.errors import MtcoreError
+
+    write_system(tmp_path)
+    good = (tmp_path / "system.json").read_bytes()
+    rng = random.Random(43)
+    outcomes = {"error": 0, "loaded": 0}
+    for _ in range(150):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(data))
+            choice = rng.random()
+            if choice < 0.5:
+                data[at] = rng.randrange(256)
+            elif choice < 0.75:
+                del data[at : at + rng.randint(1, 20)]
+            else:
+                data[at:at] = data[at : at + rng.randint(1, 40)]
+        (tmp_path / "system.json").write_bytes(bytes(data))
+        start = time.perf_counter()
+        try:
+            load(tmp_path)
+            outcomes["loaded"] += 1
+        except MtcoreError:
+            outcomes["error"] += 1
+        assert time.perf_counter() - start < 5.0  # a second on an idle machine
+    assert outcomes["error"] > 100, outcomes
