@@ -24,12 +24,28 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from mtcore.errors import MtcoreError
 from mtcore.hashing import hash_json
 
 MANIFEST = "manifest.json"
 log = logging.getLogger("mtcore")
+
+
+def open_lock(path: Path) -> IO[str]:
+    """A lock file opened for ``flock`` (read and write, created if missing), never through a
+    symbolic link: one planted in a shared workdir or cache would have the lock's writes land
+    on the file it names."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if path.is_symlink():
+            raise MtcoreError(
+                f"{path} is a symbolic link; a lock file must be a plain file (remove the link)"
+            ) from exc
+        raise
+    return os.fdopen(fd, "r+", encoding="utf-8")
 
 
 def is_complete(path: Path) -> bool:

@@ -39,6 +39,7 @@ from mtcore.cache import (
     content_key,
     is_complete,
     links_changed,
+    open_lock,
     read_manifest,
     write_manifest,
 )
@@ -144,7 +145,7 @@ def step_lock(folder: Path) -> Iterator[None]:
     """Held while the step runs: a second copy (another driver's, a job started twice) waits
     here, then finds the step complete."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "a+") as handle:
+    with open_lock(folder / "lock") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -74,7 +74,11 @@ class RecipeHead(BaseModel):
     """The recipe's own keys; ``data`` and ``steps`` entries are validated by their plugins."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
+        description="names the default workdir, work/<name>: a plain name ('..' would be the "
+        "current directory)",
+    )
     description: str = ""
     paper: str | None = Field(None, description="citation of the system this recipe replicates")
     directions: list[str] = Field(default_factory=list)

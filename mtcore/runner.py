@@ -22,7 +22,15 @@ from typing import Any
 
 import yaml
 
-from mtcore.cache import MANIFEST, ContentIndex, adopt, is_complete, links_changed, read_manifest
+from mtcore.cache import (
+    MANIFEST,
+    ContentIndex,
+    adopt,
+    is_complete,
+    links_changed,
+    open_lock,
+    read_manifest,
+)
 from mtcore.errors import MtcoreError
 from mtcore.jobs import make_executor, run_plugin
 from mtcore.plan import PlannedStep, make_plan, step_dir
@@ -77,8 +85,7 @@ def workdir_lock(workdir: Path) -> Iterator[None]:
     file keeps the holder's pid to name it, or, left by a killed run, to say whose lock a new run
     takes over."""
     workdir.mkdir(parents=True, exist_ok=True)
-    with open(workdir / ".lock", "a+") as handle:
-        handle.seek(0)
+    with open_lock(workdir / ".lock") as handle:
         holder = handle.read().strip()
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -416,3 +416,35 @@ def test_random_damage_to_system_json_ends_in_clean_errors_fast(tmp_path):
             outcomes["error"] += 1
         assert time.perf_counter() - start < 5.0  # a second on an idle machine
     assert outcomes["error"] > 100, outcomes
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "x" * 200])
+def test_a_recipe_name_is_a_plain_name(tmp_path, name):
+    """The name is the default workdir's folder: '..' made the current directory the workdir."""
+    from mtcore.errors import RecipeError
+    from mtcore.recipe import load_recipe
+    from mtcore.registry import load_registry
+
+    path = tmp_path / "r.yaml"
+    path.write_text(json.dumps({"name": name, "steps": {}}), encoding="utf-8")
+    with pytest.raises(RecipeError, match="name"):
+        load_recipe(path, load_registry())
+
+
+def test_a_lock_file_is_never_opened_through_a_link(tmp_path):
+    """A .lock planted as a link in a shared workdir had the run truncate the file it named."""
+    from mtcore.errors import MtcoreError
+    from mtcore.runner import workdir_lock
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n", encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".lock").symlink_to(precious)
+    with pytest.raises(MtcoreError, match=r"\.lock is a symbolic link"):
+        with workdir_lock(work):
+            pass
+    assert precious.read_text(encoding="utf-8") == "keep me\n"
+    (work / ".lock").unlink()
+    with workdir_lock(work):
+        assert (work / ".lock").read_text(encoding="utf-8") == f"{os.getpid()}\n"

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
+from mtcore.cache import open_lock
 from mtcore.errors import DataError
 from mtcore.hashing import hash_file
 from mtcore.plugin import PluginConfig
@@ -83,7 +84,7 @@ def locked(path: Path) -> Iterator[None]:
     except ImportError:  # Windows: no advisory locks; concurrent downloads are the user's risk
         yield
         return
-    with open(path, "a") as handle:
+    with open_lock(path) as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
