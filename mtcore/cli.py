@@ -370,9 +370,10 @@ def with_plugin_commands() -> click.Group:
 
 
 def main() -> None:
-    from mtcore.process import safe_torch_loads, thread_defaults
+    from mtcore.process import safe_children, safe_torch_loads, thread_defaults
 
     thread_defaults()  # both before any worker process starts
     safe_torch_loads()
+    safe_children()
 
     with_plugin_commands()(obj={})

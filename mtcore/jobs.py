@@ -352,10 +352,11 @@ def make_executor(recipe: Recipe, registry: Registry) -> Executor:
 
 
 def main(argv: list[str]) -> int:
-    from mtcore.process import safe_torch_loads, thread_defaults
+    from mtcore.process import safe_children, safe_torch_loads, thread_defaults
 
     thread_defaults()
     safe_torch_loads()
+    safe_children()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

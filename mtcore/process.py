@@ -71,6 +71,14 @@ def safe_torch_loads() -> None:
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
 
 
+def safe_children() -> None:
+    """The Python processes this one starts (``python -m`` steps and jobs, fairseq, torchrun,
+    Ray and Slurm workers) leave their working directory off ``sys.path`` (``PYTHONSAFEPATH``,
+    as ``python -P``): a file named like a module in a shared workdir (``yaml.py``) would be
+    imported in place of it."""
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
+
+
 def run_logged(
     cmd: list[str],
     log_path: Path,

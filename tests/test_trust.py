@@ -441,10 +441,33 @@ def test_a_lock_file_is_never_opened_through_a_link(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / ".lock").symlink_to(precious)
-    with pytest.raises(MtcoreError, match=r"\.lock is a symbolic link"):
-        with workdir_lock(work):
-            pass
+    with pytest.raises(MtcoreError, match=r"\.lock is a symbolic link"), workdir_lock(work):
+        pass
     assert precious.read_text(encoding="utf-8") == "keep me\n"
     (work / ".lock").unlink()
     with workdir_lock(work):
         assert (work / ".lock").read_text(encoding="utf-8") == f"{os.getpid()}\n"
+
+
+PARENT = """
+import subprocess, sys
+{setup}
+subprocess.run([sys.executable, "-m", "planted"], check=False)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "runs"),
+    [("", True), ("from mtcore.process import safe_children; safe_children()", False)],
+    ids=["bare", "mtcore"],
+)
+def test_children_do_not_import_modules_from_the_working_directory(tmp_path, setup, runs):
+    """``python -m X`` puts the working directory first on sys.path: a planted module of that
+    name ran in every child mtcore started; after safe_children (the CLI's and mtcore.jobs'
+    start) it does not."""
+    (tmp_path / "planted.py").write_text("open('ran', 'w').close()\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    subprocess.run(
+        [sys.executable, "-c", PARENT.format(setup=setup)], cwd=tmp_path, env=env, timeout=120
+    )
+    assert (tmp_path / "ran").exists() == runs
