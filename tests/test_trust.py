@@ -471,3 +471,17 @@ def test_children_do_not_import_modules_from_the_working_directory(tmp_path, set
         [sys.executable, "-c", PARENT.format(setup=setup)], cwd=tmp_path, env=env, timeout=120
     )
     assert (tmp_path / "ran").exists() == runs
+
+
+def test_jieba_reads_its_cache_from_a_folder_of_this_user_only(tmp_path, monkeypatch):
+    """jieba's default cache was /tmp/jieba.cache, read back with marshal: planted by anyone."""
+    from mtcore_plugins.common.tokens import jieba_cache
+
+    monkeypatch.setenv("MTCORE_CACHE", str(tmp_path / "cache"))
+    folder = jieba_cache()
+    assert folder == tmp_path / "cache" / "jieba" and folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o777)
+    from mtcore.errors import PluginError
+
+    with pytest.raises(PluginError, match="writable by you alone"):
+        jieba_cache()

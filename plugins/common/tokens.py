@@ -20,14 +20,17 @@ line, so the second rule on the same shard reads them back instead of running Me
 from __future__ import annotations
 
 import logging
+import os
 import re
-import tempfile
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mtcore.errors import PluginError
+from mtcore.hashing import cache_home
 from mtcore.shards import worker_memo
 
 # Language codes as recipes spell them (ISO 639-1/-3, with region or script suffixes).
@@ -55,6 +58,17 @@ def _japanese() -> Any:
     return worker_memo(("segmenter", "ja"), build)
 
 
+def jieba_cache() -> Path:
+    """Where jieba keeps its prefix-dictionary cache: a folder of mtcore's cache only this user
+    may write. jieba's default is a fixed name in the shared temp directory, which it reads
+    back with ``marshal``: anyone on the machine could plant one."""
+    folder = cache_home() / "jieba"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o022:
+        raise PluginError(f"{folder}: jieba's cache folder must be yours, writable by you alone")
+    return folder
+
+
 def _chinese() -> Any:
     """A jieba tokenizer, once per worker."""
 
@@ -65,8 +79,7 @@ def _chinese() -> Any:
 
         jieba.setLogLevel(logging.WARNING)
         tok = jieba.Tokenizer()
-        # jieba writes its prefix-dictionary cache on first use: keep it in the temp dir.
-        tok.tmp_dir = tempfile.gettempdir()
+        tok.tmp_dir = str(jieba_cache())
         tok.initialize()
         return tok
 
