@@ -120,7 +120,9 @@ def ingest(
             block = pending.popleft()
             stats.merge(result.stats)
             if writers is None and (result.sides is not None or compressed):
-                writers = [open(path, "wb") for path in out]  # noqa: SIM115 (closed below)
+                for path in out:  # a link left by an earlier attempt: "wb" would truncate
+                    path.unlink(missing_ok=True)  # the user's own input through it
+                writers = [open(path, "xb") for path in out]  # noqa: SIM115 (closed below)
                 for source, handle, offset in zip(paths, writers, offsets, strict=True):
                     copy_range(source, handle, 0, offset)
             if writers is not None:

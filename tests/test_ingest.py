@@ -115,6 +115,23 @@ def test_changed_input_leaves_the_source_alone(tmp_path):
     assert os.stat(paths[0]).st_nlink == 1
 
 
+def test_an_earlier_attempts_link_is_replaced_not_written_through(tmp_path):
+    """An attempt whose input was unchanged left its outputs as hard links to the user's files;
+    a rerun that must write (here the input changed meanwhile: a CR LF to repair) opened them
+    with "wb" and truncated the user's own corpus through the link (issue 43)."""
+    paths = write_pair(tmp_path, b"cat\ndog\nbird\n", JA3)
+    out = tmp_path / "out"
+    out.mkdir()
+    for i, source in enumerate(paths):
+        os.link(source, out / f"corpus.{i}")
+    paths[0].write_bytes(b"cat\ndog\r\nbird\n")  # in place: the links see it
+    before = [p.read_bytes() for p in paths]
+    pairs, stats, targets = sharded(paths, InputPolicy(), out, 1)
+    assert [p.read_bytes() for p in paths] == before
+    assert [pair[0] for pair in pairs] == ["cat", "dog", "bird"]
+    assert os.stat(paths[0]).st_ino != os.stat(targets[0]).st_ino
+
+
 def test_workers_give_the_same_bytes(tmp_path, monkeypatch):
     """Two worker processes, blocks of 7 lines: the same output as in one process, with
     dropped pairs in some blocks and not in others."""
