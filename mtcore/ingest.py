@@ -101,7 +101,11 @@ def ingest(
     compressed = any(p.name.endswith(_COMPRESSED) for p in paths)
     small = sum(p.stat().st_size for p in paths) < IN_PROCESS_BYTES
     send_bytes = not small and not getattr(executor, "shares_files", True)
-    blocks = _decompressed(paths, block_lines) if compressed else _cut(paths, block_lines)
+    blocks = (
+        _decompressed(paths, block_lines, policy.max_line_bytes)
+        if compressed
+        else _cut(paths, block_lines)
+    )
     pending: deque[Block] = deque()  # blocks submitted, in order, until their result is in
 
     def tasks() -> Iterator[tuple[Block, InputPolicy]]:
@@ -151,9 +155,10 @@ def ingest(
     return written
 
 
-def _decompressed(paths: Sequence[Path], lines: int) -> Iterator[Block]:
-    """Blocks of ``.gz``/``.xz`` (or mixed) input, decompressed by the driver."""
-    for raw in BlockReader(paths, lines, decompress=True):
+def _decompressed(paths: Sequence[Path], lines: int, max_line_bytes: int) -> Iterator[Block]:
+    """Blocks of ``.gz``/``.xz`` (or mixed) input, decompressed by the driver; no line longer
+    than the policy's limit is held whole (:class:`BlockReader`)."""
+    for raw in BlockReader(paths, lines, decompress=True, max_line_bytes=max_line_bytes):
         yield Block(raw.paths, raw.first_line, raw.count, (), raw.raws)
 
 

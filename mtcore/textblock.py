@@ -305,11 +305,22 @@ class BlockReader:
 
     CHUNK = 1 << 22
 
-    def __init__(self, paths: Sequence[Path], lines: int, decompress: bool = False) -> None:
-        """``decompress``: read ``.gz``/``.xz`` files (by name) as their text."""
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        lines: int,
+        decompress: bool = False,
+        max_line_bytes: int | None = None,
+    ) -> None:
+        """``decompress``: read ``.gz``/``.xz`` files (by name) as their text.
+        ``max_line_bytes``: a longer line is kept only to its first ``max_line_bytes + 1``
+        bytes, the rest skipped as it is read (still too long for the input policy, which
+        then drops it or names it): one line of a compressed file (128 MB from a 586 KB
+        ``.gz``) never has to fit in memory."""
         self.paths = [Path(p) for p in paths]
         self.lines = lines
         self.decompress = decompress
+        self.max_line_bytes = max_line_bytes
 
     def __iter__(self) -> Iterator[RawBlock]:
         with contextlib.ExitStack() as stack:
@@ -320,7 +331,9 @@ class BlockReader:
             yield from self._blocks(handles)
 
     def _blocks(self, handles: list[Any]) -> Iterator[RawBlock]:
-        buffers = [_LineBuffer(h, p) for h, p in zip(handles, self.paths, strict=True)]
+        buffers = [
+            _LineBuffer(h, p, self.max_line_bytes) for h, p in zip(handles, self.paths, strict=True)
+        ]
         first = 1
         while True:
             parts = [b.take(self.lines) for b in buffers]
@@ -345,13 +358,15 @@ class BlockReader:
 
 
 class _LineBuffer:
-    def __init__(self, handle: object, path: Path) -> None:
+    def __init__(self, handle: object, path: Path, limit: int | None = None) -> None:
         self.handle = handle
         self.path = path
+        self.limit = limit  # bytes kept of one line (then + 1 to mark it too long)
         self.lines = 0  # lines taken so far, for errors
-        self.buffer = b""
+        self.buffer = bytearray()  # appends in amortised constant time (bytes: quadratic)
         self.newlines: np.ndarray = np.zeros(0, dtype=np.int64)  # offsets of \n in buffer
         self.eof = False
+        self.skipping = False  # inside a line past the limit: bytes dropped until its \n
 
     def _fill(self) -> None:
         try:
@@ -368,9 +383,19 @@ class _LineBuffer:
                 self.buffer += b"\n"
                 self.newlines = np.append(self.newlines, len(self.buffer) - 1)
             return
+        if self.skipping:
+            end = chunk.find(b"\n")
+            if end < 0:
+                return
+            chunk, self.skipping = chunk[end:], False  # from the \n ending the long line
         found = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10) + len(self.buffer)
         self.buffer += chunk
         self.newlines = np.concatenate([self.newlines, found])
+        if self.limit is not None:
+            tail = int(self.newlines[-1]) + 1 if len(self.newlines) else 0
+            if len(self.buffer) - tail > self.limit + 1:  # the open last line is too long
+                del self.buffer[tail + self.limit + 1 :]
+                self.skipping = True
 
     def take(self, lines: int) -> tuple[bytes, np.ndarray]:
         while len(self.newlines) < lines and not self.eof:
@@ -379,9 +404,9 @@ class _LineBuffer:
         if count == 0:
             return b"", np.zeros(0, dtype=np.int64)
         cut = int(self.newlines[count - 1]) + 1
-        raw = self.buffer[:cut]
+        raw = bytes(self.buffer[:cut])
         ends = self.newlines[:count].copy()
-        self.buffer = self.buffer[cut:]
+        del self.buffer[:cut]
         self.newlines = self.newlines[count:] - cut
         self.lines += count
         return raw, ends

@@ -485,3 +485,42 @@ def test_jieba_reads_its_cache_from_a_folder_of_this_user_only(tmp_path, monkeyp
 
     with pytest.raises(PluginError, match="writable by you alone"):
         jieba_cache()
+
+
+@pytest.mark.parametrize("too_long", ["drop", "error"])
+def test_one_huge_compressed_line_is_never_held_whole(tmp_path, too_long):
+    """A .gz of a few hundred KB holding one 40 MB line: the reader kept the whole line (and
+    its copies: 648 MB for 128 MB). Now it keeps the policy's limit and skips the rest as it
+    reads; the policy then drops the line or names it, as for any long line."""
+    import gzip
+    import tracemalloc
+
+    from mtcore.corpus import InputPolicy
+    from mtcore.ingest import ingest
+    from mtcore_plugins.executors.local import LocalExecutor
+
+    src = tmp_path / "c.en.gz"
+    with gzip.open(src, "wb", compresslevel=1) as out:
+        out.write(b"short\n")
+        for _ in range(40):
+            out.write(b"a" * (1 << 20))
+        out.write(b"\nlast\n")
+    tgt = tmp_path / "c.ja"
+    tgt.write_bytes("短い\n長い\n最後\n".encode())
+    targets = [tmp_path / "out.en", tmp_path / "out.ja"]
+    stats = Stats()
+    policy = InputPolicy(too_long=too_long)
+    executor = LocalExecutor.from_dict({"workers": 1})
+    tracemalloc.start()
+    try:
+        if too_long == "error":
+            with pytest.raises(DataError, match=r"c\.en\.gz:2: line longer than 1048576 bytes"):
+                ingest([src, tgt], targets, policy, stats, executor)
+        else:
+            assert ingest([src, tgt], targets, policy, stats, executor) == 2
+            assert targets[0].read_text(encoding="utf-8") == "short\nlast\n"
+            assert stats.as_dict().get("input.too_long_dropped") == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
