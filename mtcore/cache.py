@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mtcore.errors import MtcoreError
-from mtcore.hashing import hash_json
+from mtcore.hashing import content_hash, hash_file, hash_json
 
 MANIFEST = "manifest.json"
 log = logging.getLogger("mtcore")
@@ -61,21 +61,51 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
 
 
 def links_changed(step_id: str, final: Path) -> bool:
-    """Whether an output file that is a hard link of an input file (see
-    :func:`mtcore.hashing.linked_files`) changed since the step ran: the step runs again."""
-    recorded = read_manifest(final).get("linked") or {}
-    for rel, stat in recorded.items():
+    """Whether the complete step in ``final`` must run again because its outputs changed since
+    it ran (:func:`damage`); says why in the log."""
+    reason = damage(final)
+    if reason is None:
+        return False
+    log.warning("step %s: %s; running the step again", step_id, reason)
+    return True
+
+
+def damage(final: Path, full: bool = False) -> str | None:
+    """What changed in a complete step's outputs since it ran, or None. An output file that is
+    a hard link of an input file (:func:`mtcore.hashing.linked_files`) changed with its input;
+    any output file missing, of another size, or with a new mtime and other content than the
+    manifest's sha256 (read again only when its mtime moved; remembered, as
+    :func:`mtcore.hashing.content_hash`) was damaged or edited. ``full``: read every file again
+    (``mtcore verify --full``), which also finds an edit that kept size and mtime."""
+    manifest = read_manifest(final)
+    for rel, stat in (manifest.get("linked") or {}).items():
         path = final / rel
         st = path.stat() if path.is_file() else None
         if st is None or [st.st_size, st.st_mtime_ns] != stat:
-            log.warning(
-                "step %s: %s is a hard link of an input file that changed since the step ran; "
-                "running the step again",
-                step_id,
-                final / rel,
-            )
-            return True
-    return False
+            return f"{path} is a hard link of an input file that changed since the step ran"
+    hashes = manifest.get("outputs") or {}
+    for rel, (size, mtime_ns) in (manifest.get("files") or {}).items():
+        path = final / rel
+        try:
+            st = path.stat()
+        except OSError:
+            return f"{path} is missing"
+        if st.st_size != size:
+            return f"{path} has {st.st_size:,} bytes, {size:,} when the step wrote it"
+        if full or st.st_mtime_ns != mtime_ns:
+            digest = hash_file(path) if full else content_hash(path)
+            if digest != hashes.get(rel):
+                return f"{path} has other content than when the step wrote it (sha256)"
+    return None
+
+
+def file_stats(root: Path, outputs: dict[str, str]) -> dict[str, list[int]]:
+    """``[size, mtime_ns]`` of each output file, for :func:`damage` to compare."""
+    out: dict[str, list[int]] = {}
+    for rel in outputs:
+        st = (root / rel).stat()
+        out[rel] = [st.st_size, st.st_mtime_ns]
+    return out
 
 
 def output_digest(manifest: dict[str, Any], output: str) -> str:

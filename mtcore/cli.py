@@ -74,6 +74,37 @@ def validate(recipe: Path, profile: str | None, sets: tuple[str, ...]) -> None:
 @cli.command()
 @_recipe_options
 @click.option("--workdir", "-w", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--full", is_flag=True, help="Read every output file again and compare its sha256.")
+def verify(
+    recipe: Path, profile: str | None, sets: tuple[str, ...], workdir: Path | None, full: bool
+) -> None:
+    """Check the complete steps' outputs against their manifests: files missing, resized, or
+    with a new mtime and other content (--full: every file's sha256). A damaged step runs
+    again on the next `mtcore run`; exit status 1 when one is found."""
+    from mtcore.cache import damage, is_complete
+    from mtcore.plan import make_plan, step_dir
+
+    registry, loaded, _ = _load(recipe, profile, sets)
+    where = _workdir(loaded, workdir)
+    checked, damaged = 0, 0
+    for planned in make_plan(loaded, registry):
+        final = step_dir(where, planned)
+        if not is_complete(final):
+            continue
+        checked += 1
+        reason = damage(final, full=full)
+        if reason is not None:
+            damaged += 1
+            click.echo(f"damaged {planned.id}: {reason}")
+    click.echo(f"{checked} complete steps checked ({'sha256' if full else 'size, mtime'}): "
+               f"{damaged} damaged")  # fmt: skip
+    if damaged:
+        sys.exit(1)
+
+
+@cli.command()
+@_recipe_options
+@click.option("--workdir", "-w", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option(
     "--slots",
     default=None,

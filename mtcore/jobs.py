@@ -37,6 +37,7 @@ from mtcore import __version__
 from mtcore.cache import (
     MANIFEST,
     content_key,
+    file_stats,
     is_complete,
     links_changed,
     open_lock,
@@ -224,7 +225,8 @@ def _execute(
             "inputs": run.described,
             "counts": ctx.stats.as_dict(),
             "metrics": ctx.metrics,
-            "outputs": hash_tree(work, skip=(MANIFEST,)),
+            "outputs": (outputs := hash_tree(work, skip=(MANIFEST,))),
+            "files": file_stats(work, outputs),
             "linked": linked_files(work),
             "seconds": round(seconds, 3),
             "resumed": resumed,

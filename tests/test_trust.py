@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -524,3 +525,47 @@ def test_one_huge_compressed_line_is_never_held_whole(tmp_path, too_long):
     finally:
         tracemalloc.stop()
     assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
+
+
+# ---------------------------------------------------------------- verified reuse
+
+
+def test_a_damaged_step_is_found_and_runs_again(tmp_path, enja_files, write_recipe, caplog):
+    """A step was complete as soon as its manifest existed: a truncated output was reused
+    forever. Now a reused step's files are checked against the manifest (size, and content
+    where the mtime moved), mtcore verify reports, and the next run redoes the step."""
+    from click.testing import CliRunner
+
+    from mtcore.cli import cli
+    from tests.conftest import clean_split_recipe
+
+    doc = clean_split_recipe("verify", enja_files, [{"name": "length", "max_length": 80}], 20)
+    recipe = write_recipe(doc)
+    work = tmp_path / "work"
+    runner = CliRunner()
+
+    def mtcore(*args: str) -> Any:
+        return runner.invoke(cli, [*args, str(recipe), "-w", str(work)], catch_exceptions=False)
+
+    assert mtcore("run", "-q").exit_code == 0
+    assert "3 complete steps checked (size, mtime): 0 damaged" in mtcore("verify").output
+    (output,) = work.glob("steps/clean-*/corpus/corpus.en")
+    good = output.read_bytes()
+    output.write_bytes(good[: len(good) // 2])  # truncated
+    found = mtcore("verify")
+    assert found.exit_code == 1 and "damaged clean:" in found.output and "bytes" in found.output
+    with caplog.at_level("WARNING", logger="mtcore"):
+        assert mtcore("run", "-q").exit_code == 0
+    assert "running the step again" in caplog.text
+    assert output.read_bytes() == good
+    assert mtcore("verify").exit_code == 0
+    # an edit that keeps the size and the mtime: only --full reads the bytes again
+    st = output.stat()
+    output.write_bytes(good.replace(b"e", b"E", 1))
+    os.utime(output, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert mtcore("verify").exit_code == 0
+    full = mtcore("verify", "--full")
+    assert full.exit_code == 1 and "other content" in full.output
+    # an edit with a new mtime is found by the cheap check too
+    output.write_bytes(good.replace(b"e", b"E", 1))
+    assert mtcore("verify").exit_code == 1
