@@ -4,10 +4,18 @@ The input is cut into shards of a fixed number of segments; each shard's result 
 the step's scratch directory as soon as it arrives (write, then rename), so a step killed
 mid-way and run again submits only the shards that have no saved result. Results come back in
 shard order whatever the executor's scheduling.
+
+A saved result is data: its file ends with the sha256 of what precedes it, and a rerun that
+finds one damaged (a disk full, an edit) discards it and computes the shard again instead of
+failing on it forever; it is read back by an unpickler that builds only plain data (builtins,
+containers, NumPy arrays) and classes of mtcore's own packages, never calls anything else.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import logging
 import os
 import pickle
 from collections import deque
@@ -15,7 +23,10 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mtcore.errors import StepError
 from mtcore.plugin import Executor
+
+log = logging.getLogger("mtcore")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -37,7 +48,7 @@ def map_shards(
     def tasks() -> Iterator[Any]:
         for number, shard in enumerate(shards):
             order.append((number, shard))
-            if not _path(store, number).exists():
+            if not _intact(_path(store, number)):
                 yield make_task(shard)
 
     for result in _with_sentinel(executor.map(fn, tasks())):
@@ -65,15 +76,61 @@ def _path(store: Path, number: int) -> Path:
 
 
 def _save(path: Path, value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as handle:
-        pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        handle.write(data)
+        handle.write(hashlib.sha256(data).digest())
     os.replace(tmp, path)
 
 
+def _intact(path: Path) -> bool:
+    """Whether a saved result exists and is whole; a damaged one is removed (the shard runs
+    again)."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return False
+    if len(blob) > 32 and hashlib.sha256(blob[:-32]).digest() == blob[-32:]:
+        return True
+    log.warning("%s: a saved shard result is damaged; computing the shard again", path)
+    path.unlink(missing_ok=True)
+    return False
+
+
 def _load(path: Path) -> Any:
-    with open(path, "rb") as handle:
-        return pickle.load(handle)
+    blob = path.read_bytes()
+    if hashlib.sha256(blob[:-32]).digest() != blob[-32:]:
+        raise StepError(f"{path}: a saved shard result changed while the step ran")
+    try:
+        return DataUnpickler(io.BytesIO(blob[:-32])).load()
+    except pickle.UnpicklingError as exc:
+        raise StepError(f"{path}: {exc}; delete the file to compute the shard again") from None
+
+
+_PLAIN = {
+    ("builtins", name)
+    for name in ("set", "frozenset", "complex", "slice", "range", "bytearray", "object")
+} | {("collections", name) for name in ("OrderedDict", "defaultdict", "deque", "Counter")}
+_NUMPY = {"_reconstruct", "_frombuffer", "scalar", "ndarray", "dtype"}
+
+
+class DataUnpickler(pickle.Unpickler):
+    """Builds plain data only: the builtins and containers above, NumPy arrays and scalars,
+    and classes (never functions) of mtcore's own packages; any other global is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _PLAIN:
+            return super().find_class(module, name)
+        if module.split(".")[0] == "numpy" and (name in _NUMPY or name.endswith("DType")):
+            return super().find_class(module, name)
+        if module.split(".")[0] in ("mtcore", "mtcore_plugins"):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(
+            f"a saved shard result names {module}.{name}, which is not plain data"
+        )
 
 
 _WORKER_MEMO: dict[Hashable, Any] = {}

@@ -569,3 +569,52 @@ def test_a_damaged_step_is_found_and_runs_again(tmp_path, enja_files, write_reci
     # an edit with a new mtime is found by the cheap check too
     output.write_bytes(good.replace(b"e", b"E", 1))
     assert mtcore("verify").exit_code == 1
+
+
+def square(task: list[int]) -> dict:
+    import numpy as np
+
+    CALLS.append(task[0])
+    return {"values": np.array(task) ** 2, "n": len(task)}
+
+
+CALLS: list[int] = []
+
+
+def test_saved_shard_results_are_data_and_a_damaged_one_runs_again(tmp_path):
+    """Shard results were pickles loaded whole: a damaged one failed every rerun, a crafted one
+    ran its code. Now a damaged file is recomputed and a crafted one refused."""
+    import pickle
+
+    from mtcore.errors import StepError
+    from mtcore.shards import _path, map_shards
+    from mtcore_plugins.executors.local import LocalExecutor
+
+    executor = LocalExecutor.from_dict({"workers": 1})
+    shards = [[1, 2], [3, 4], [5, 6]]
+    store = tmp_path / "store"
+
+    def run() -> list[list[int]]:
+        out = map_shards(executor, square, shards, lambda shard: shard, store)
+        return [result["values"].tolist() for _, result in out]
+
+    CALLS.clear()
+    first = run()
+    assert first == [[1, 4], [9, 16], [25, 36]] and CALLS == [1, 3, 5]
+    CALLS.clear()
+    assert run() == first and CALLS == []  # every shard saved
+    damaged = _path(store, 1)
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    assert run() == first and CALLS == [3]  # only the damaged shard again
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    data = pickle.dumps({"values": Payload()})
+    _path(store, 2).write_bytes(data + hashlib.sha256(data).digest())
+    with pytest.raises(StepError, match=r"\.open, which is not plain data"):
+        run()
+    assert not marker.exists()
+    executor.close()

@@ -25,7 +25,7 @@ topic terms with their document frequencies.
 
 from __future__ import annotations
 
-import pickle
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -117,8 +117,8 @@ class TopicSelectStep(Step):
                     f"({list(where.langs)})"
                 )
         vocab = self._test_terms(test, lang)
-        vocab_file = ctx.scratch("vocab") / "terms.pkl"
-        vocab_file.write_bytes(pickle.dumps(vocab))
+        vocab_file = ctx.scratch("vocab") / "terms.json"  # data, never a pickle
+        vocab_file.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
         task = (str(vocab_file), corpus.langs, corpus.langs.index(lang), config.max_n)
         store = ctx.scratch("matches")
         df = np.zeros(len(vocab), dtype=np.int64)
@@ -209,7 +209,8 @@ def match_task(task: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Runs in a worker: the test-term ids of each source of one shard, as CSR arrays."""
     vocab_file, langs, column, max_n, lowercase, raw = task
     vocab: dict[str, int] = worker_memo(
-        ("topic vocabulary", vocab_file), lambda: pickle.loads(Path(vocab_file).read_bytes())
+        ("topic vocabulary", vocab_file),
+        lambda: json.loads(Path(vocab_file).read_text(encoding="utf-8")),
     )
     lang = langs[column]
     offsets = [0]
