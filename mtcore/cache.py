@@ -33,6 +33,16 @@ MANIFEST = "manifest.json"
 log = logging.getLogger("mtcore")
 
 
+LOCK_ENV = "MTCORE_LOCK_FILE"
+"""The lock file of a run's downloads (``<recipe>.lock``), named by ``mtcore run`` and
+``mtcore lock`` for the ``url`` source (mtcore_plugins.sources._lockfile)."""
+
+
+def lock_path(recipe: Path) -> Path:
+    """``recipes/nt5.yaml`` -> ``recipes/nt5.lock``."""
+    return recipe.with_suffix(".lock")
+
+
 def open_lock(path: Path) -> IO[str]:
     """A lock file opened for ``flock`` (read and write, created if missing), never through a
     symbolic link: one planted in a shared workdir or cache would have the lock's writes land

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from typing import Any
 import click
 
 from mtcore import __version__
+from mtcore.cache import LOCK_ENV, lock_path
 from mtcore.cli_common import default_workdir as _workdir
 from mtcore.cli_common import load as _load
 from mtcore.cli_common import recipe_options as _recipe_options
@@ -69,6 +72,49 @@ def validate(recipe: Path, profile: str | None, sets: tuple[str, ...]) -> None:
     """Check a recipe and every plugin setting in it, without running anything."""
     _, loaded, _ = _load(recipe, profile, sets)
     click.echo(f"{recipe}: valid ({len(loaded.steps)} steps, profile {loaded.profile or '-'})")
+
+
+def _name_lock_file(recipe: Path) -> Path:
+    """``$MTCORE_LOCK_FILE`` names RECIPE's lock file for this command's steps (and its jobs
+    elsewhere), and is put back when the command ends."""
+    path = lock_path(recipe.absolute())
+    old = os.environ.get(LOCK_ENV)
+    os.environ[LOCK_ENV] = str(path)
+
+    def restore() -> None:
+        if old is None:
+            os.environ.pop(LOCK_ENV, None)
+        else:
+            os.environ[LOCK_ENV] = old
+
+    click.get_current_context().call_on_close(restore)
+    return path
+
+
+@cli.command()
+@_recipe_options
+def lock(recipe: Path, profile: str | None, sets: tuple[str, ...]) -> None:
+    """Download every file the recipe's data entries fetch without a pinned sha256 and record
+    its sha256 and size in RECIPE's .lock file (written anew); `mtcore run` then checks those
+    files against it."""
+    from mtcore.plan import make_plan
+    from mtcore.stats import Stats
+
+    registry, loaded, _ = _load(recipe, profile, sets)
+    path = _name_lock_file(recipe)
+    path.unlink(missing_ok=True)
+    entries = 0
+    for planned in make_plan(loaded, registry):
+        if not getattr(planned.spec.plugin, "fetches", False):
+            continue
+        fetch: Any = planned.spec.plugin.config  # a data entry: its source and settings
+        source = registry.load("sources", fetch.source).from_dict(fetch.config)
+        relock = getattr(source, "relock", None)
+        if relock is not None:
+            relock(Stats())
+            entries += 1
+    files = len(json.loads(path.read_text(encoding="utf-8"))["files"]) if path.is_file() else 0
+    click.echo(f"{path}: {files} unpinned files of {entries} data entries recorded")
 
 
 @cli.command()
@@ -215,6 +261,7 @@ def run(
     if scheduler is not None:  # as --set scheduler.name=...: its settings are checked against it
         sets = (*sets, f"scheduler.name={scheduler}")
     registry, loaded, hooks = _load(recipe, profile, sets)
+    _name_lock_file(recipe)
     target = _workdir(loaded, workdir)
     if ablations:
         if until is not None:

@@ -57,6 +57,7 @@ log = logging.getLogger("mtcore")
 PASSED_ENV = (
     "MTCORE_MIRROR",
     "MTCORE_MIRROR_REPLICAS",
+    "MTCORE_LOCK_FILE",
     "MTCORE_WARM_START",
     "MTCORE_DOWNLOADS",
     "OMP_WAIT_POLICY",

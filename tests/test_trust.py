@@ -618,3 +618,69 @@ def test_saved_shard_results_are_data_and_a_damaged_one_runs_again(tmp_path):
         run()
     assert not marker.exists()
     executor.close()
+
+
+# ---------------------------------------------------------------- the lock file
+
+
+def test_unpinned_downloads_are_locked_checked_and_relocked(tmp_path, write_recipe, monkeypatch):
+    """An unpinned file was taken as the server gave it, run after run. Now its first download
+    records sha256 and size in <recipe>.lock; a later download of other bytes is an error
+    naming the lock file; `mtcore lock` records the new file; a size cap stops a large one."""
+    from click.testing import CliRunner
+
+    from mtcore.cli import cli
+    from tests.conftest import clean_split_recipe
+
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    server = LoopbackServer()
+    en = "".join(f"sentence number {i}\n" for i in range(60)).encode()
+    ja = "".join(f"文 {i} 番\n" for i in range(60)).encode()
+    server.files.update({"/c.en": en, "/c.ja": ja})
+    cache = tmp_path / "cache"
+    doc = clean_split_recipe("locked", {}, [], 5)
+    doc["data"] = {"bitext": {"source": "url", "cache_dir": str(cache), "files": {
+        "en": {"url": server.url("/c.en")}, "ja": {"url": server.url("/c.ja")}}}}  # fmt: skip
+    recipe = write_recipe(doc, "locked.yaml")
+    lock = tmp_path / "locked.lock"
+
+    def mtcore(*args: str, work: str = "w1") -> Any:
+        return CliRunner().invoke(cli, [*args, str(recipe), "-w", str(tmp_path / work)])
+
+    try:
+        assert mtcore("run", "-q").exit_code == 0
+        files = json.loads(lock.read_text())["files"]
+        assert files[server.url("/c.en")] == {
+            "sha256": hashlib.sha256(en).hexdigest(),
+            "size": len(en),
+        }
+        assert os.environ.get("MTCORE_LOCK_FILE") is None  # named for the command only
+        server.files["/c.en"] = en.replace(b"number 7", b"number 8")  # the server changed it
+        for cached in cache.glob("*"):  # a new machine: nothing cached
+            cached.unlink()
+        changed = mtcore("run", "-q", work="w2")
+        assert changed.exit_code != 0
+        assert "sha256 mismatch" in changed.output and "locked.lock" in changed.output
+        relocked = CliRunner().invoke(cli, ["lock", str(recipe)])
+        assert relocked.exit_code == 0, relocked.output
+        assert "2 unpinned files of 1 data entries recorded" in relocked.output
+        assert mtcore("run", "-q", work="w3").exit_code == 0
+        # an unpinned download is never resumed: nothing could tell a changed file
+        for cached in cache.glob("*"):
+            cached.unlink()
+        key = hashlib.sha256(server.url("/c.en").encode()).hexdigest()
+        (cache / f"{key}.part").write_bytes(b"stale bytes of another file\n")
+        server.requests.clear()
+        assert CliRunner().invoke(cli, ["lock", str(recipe)]).exit_code == 0
+        assert all(rng is None for _, rng in server.requests)
+        # the size cap
+        doc["data"]["bitext"]["files"]["en"]["max_bytes"] = 100
+        write_recipe(doc, "locked.yaml")
+        for cached in cache.glob("*"):
+            cached.unlink()
+        big = mtcore("run", "-q", work="w4")
+        assert big.exit_code != 0 and "past this file's max_bytes of 100" in big.output
+    finally:
+        server.close()

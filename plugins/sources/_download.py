@@ -20,9 +20,10 @@ from pydantic import Field, field_validator
 
 from mtcore.cache import open_lock
 from mtcore.errors import DataError
-from mtcore.hashing import hash_file
-from mtcore.plugin import PluginConfig
+from mtcore.hashing import content_hash, hash_file
+from mtcore.plugin import NOT_IDENTITY, PluginConfig
 from mtcore.stats import Stats
+from mtcore_plugins.sources._lockfile import LockFile
 
 log = logging.getLogger("mtcore.sources.url")
 
@@ -38,6 +39,13 @@ class FileSpec(PluginConfig):
         pattern=r"^[0-9a-fA-F]{64}$",
         description="expected sha256 of the file as downloaded (64 hex digits); null: not "
         "checked, the actual hash is logged so it can be pinned",
+    )
+    max_bytes: int = Field(
+        64 << 30,
+        ge=1,
+        le=1 << 50,
+        description="largest download accepted (bytes); a larger file is refused as it comes",
+        json_schema_extra=NOT_IDENTITY,
     )
     compression: Literal["auto", "none", "gz", "xz"] = Field(
         "auto",
@@ -92,6 +100,13 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def too_large(url: str, size: int, max_bytes: int) -> str:
+    return (
+        f"{url}: {size:,} bytes or more, past this file's max_bytes of {max_bytes:,}; the "
+        "download was stopped (raise max_bytes for the file if it is that large)"
+    )
+
+
 class NoDowngrade(urllib.request.HTTPRedirectHandler):
     """Redirects as urllib follows them, except from https to anything else: the file would
     come over a connection anyone on the way can read and change (curl and pip refuse too)."""
@@ -109,27 +124,51 @@ class NoDowngrade(urllib.request.HTTPRedirectHandler):
 
 
 class Downloader:
-    """Fetches files into ``cache``: resume from ``.part``, verify, rename into place."""
+    """Fetches files into ``cache``: resume from ``.part``, verify, rename into place. An
+    unpinned file is checked against the run's lock file (:mod:`._lockfile`) where it has an
+    entry, and recorded there where it has none."""
 
-    def __init__(self, cache: Path, timeout: float, retries: int, backoff: float, stats: Stats):
+    def __init__(
+        self,
+        cache: Path,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        stats: Stats,
+        lock: LockFile | None = None,
+    ):
         self.cache, self.timeout, self.retries, self.backoff = cache, timeout, retries, backoff
         self.stats = stats
+        self.lock = lock
 
     def fetch(self, spec: FileSpec) -> Path:
         final = self.cache / spec.cached_name()
+        locked_entry = self.lock.get(spec.url) if self.lock and spec.sha256 is None else None
         if not final.is_file():
             self.cache.mkdir(parents=True, exist_ok=True)
             part = self.cache / f"{spec.key()}.part"
             with locked(self.cache / f"{spec.key()}.lock"):
                 if not final.is_file():  # else another process finished it while we waited
-                    self._download(spec.url, part)
-                    self._verify(spec, part)
+                    expected = spec.sha256 or (locked_entry or {}).get("sha256")
+                    if expected is None and part.exists():  # nothing could tell a changed
+                        part.unlink()  # file from the rest of the old one: no resume
+                    self._download(spec.url, part, spec.max_bytes)
+                    self._verify(spec, part, expected)
                     os.replace(part, final)
                     return final
         self.stats.add("url.cache_hits")
+        if self.lock is not None and spec.sha256 is None and locked_entry is None:
+            self.lock.record(spec.url, content_hash(final), final.stat().st_size)  # cached before
+        if locked_entry is not None and content_hash(final) != locked_entry["sha256"]:
+            where = self.lock.path if self.lock else "the lock file"
+            raise DataError(
+                f"{spec.url}: the cached file {final} is not the one {where} recorded (sha256 "
+                f"{locked_entry['sha256']}); delete it to download it again, or run "
+                "`mtcore lock` to record the current file"
+            )
         return final
 
-    def _download(self, url: str, part: Path) -> None:
+    def _download(self, url: str, part: Path, max_bytes: int = 64 << 30) -> None:
         import http.client
 
         error = ""
@@ -138,7 +177,7 @@ class Downloader:
                 self.stats.add("url.retries")
                 time.sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))
             try:
-                self._attempt(url, part)
+                self._attempt(url, part, max_bytes)
                 self.stats.add("url.downloads")
                 return
             except (OSError, http.client.HTTPException, Incomplete) as exc:
@@ -149,7 +188,7 @@ class Downloader:
         kept = f"; {part} is kept and the next run resumes from it" if part.exists() else ""
         raise DataError(f"{url}: download failed after {self.retries + 1} attempts: {error}{kept}")
 
-    def _attempt(self, url: str, part: Path) -> None:
+    def _attempt(self, url: str, part: Path, max_bytes: int) -> None:
         offset = part.stat().st_size if part.exists() else 0
         headers = {"User-Agent": USER_AGENT, **({"Range": f"bytes={offset}-"} if offset else {})}
         try:
@@ -173,11 +212,17 @@ class Downloader:
                 self.stats.add("url.range_ignored")
                 offset = 0
             length = response.headers.get("Content-Length")
+            if length is not None and length.isdigit() and offset + int(length) > max_bytes:
+                raise DataError(too_large(url, offset + int(length), max_bytes))
             received = 0
             with open(part, mode) as out:
                 while chunk := response.read(CHUNK):
                     out.write(chunk)
                     received += len(chunk)
+                    if offset + received > max_bytes:
+                        out.close()
+                        part.unlink()
+                        raise DataError(too_large(url, offset + received, max_bytes))
                 out.flush()
                 os.fsync(out.fileno())
             self.stats.add("url.bytes", received)
@@ -196,18 +241,23 @@ class Downloader:
             raise Incomplete(f"HTTP {exc.code} {exc.reason}")
         raise DataError(f"{url}: HTTP {exc.code} {exc.reason}; check the url") from exc
 
-    def _verify(self, spec: FileSpec, part: Path) -> None:
+    def _verify(self, spec: FileSpec, part: Path, expected: str | None = None) -> None:
         actual = hash_file(part)
-        if spec.sha256 is None:
+        expected = expected or spec.sha256
+        if expected is None:
             log.warning(
                 "%s: no sha256 given; the file downloaded has sha256 %s (set sha256: %s to pin it)",
                 spec.url,
                 actual,
                 actual,
             )
-        elif actual != spec.sha256:
+            if self.lock is not None:
+                self.lock.record(spec.url, actual, part.stat().st_size)
+        elif actual != expected:
             part.unlink(missing_ok=True)
+            where = "" if spec.sha256 else f" (recorded in {self.lock.path if self.lock else ''})"
             raise DataError(
-                f"{spec.url}: sha256 mismatch: expected {spec.sha256}, got {actual}; the "
-                "download was deleted (fix the sha256 or the url)"
+                f"{spec.url}: sha256 mismatch: expected {expected}{where}, got {actual}; the "
+                "download was deleted (fix the sha256 or the url"
+                + ("; or run `mtcore lock` if the file changed on purpose)" if where else ")")
             )

@@ -49,6 +49,7 @@ from mtcore_plugins.sources._layout import (
     read_layout,
     text_format,
 )
+from mtcore_plugins.sources._lockfile import active_lock
 from mtcore_plugins.sources._mirror import (
     mirror_address,
     mirror_base,
@@ -216,8 +217,19 @@ class UrlSource(Source):
         """The files, fetched into the cache (or found there), in ``specs`` order."""
         cfg = self.config
         cache = Path(cfg.cache_dir).expanduser().absolute() if cfg.cache_dir else default_cache()
-        downloader = Downloader(cache, cfg.timeout, cfg.retries, cfg.backoff, stats)
+        lock = None if mirror_base() and replicas_allowed() else active_lock()
+        downloader = Downloader(cache, cfg.timeout, cfg.retries, cfg.backoff, stats, lock)
         return [downloader.fetch(spec) for spec in self.fetched_specs()]
+
+    def relock(self, stats: Any) -> list[Path]:
+        """``mtcore lock``: every unpinned file downloaded anew (its cached copy dropped) and
+        recorded in the active lock file."""
+        cfg = self.config
+        cache = Path(cfg.cache_dir).expanduser().absolute() if cfg.cache_dir else default_cache()
+        for spec in self.fetched_specs():
+            if spec.sha256 is None:
+                (cache / spec.cached_name()).unlink(missing_ok=True)
+        return self.download(stats)
 
     def line_files(self, stats: Any) -> list[Path] | None:
         """The downloaded files themselves when they are line-aligned text, one per language."""
