@@ -23,9 +23,9 @@ test: setup
 test-slow: setup
 	$(PYTEST) -m "slow and not long" --durations=25
 
-# Slow tests past CI's budget (about 20 minutes on 2 workers): the every-team WMT score sweep,
-# Xiaomi's paper-graph rehearsal, Xiaomi's and HW-TSC's kill sweeps, Yishu's smoke profile on
-# two Ray nodes.
+# Slow tests past CI's budget (about 35 minutes on 2 workers): the every-team WMT score sweep,
+# Xiaomi's paper-graph rehearsal, Xiaomi's and HW-TSC's default-profile runs, the kill sweeps
+# of Yishu, Xiaomi and HW-TSC, Yishu's smoke profile on Slurm and on two Ray nodes.
 test-long: setup
 	$(PYTEST) -m long --durations=15
 

@@ -61,6 +61,7 @@ def same(want: dict[str, dict[str, str]], got: dict[str, dict[str, str]]) -> Non
     assert [d for d in want if want[d] != got[d]] == []
 
 
+@pytest.mark.long  # CI's budget: the fast tier's Slurm tests run real jobs on the same cluster
 @pytest.mark.usefixtures("slurm_cluster")
 def test_the_smoke_profile_on_slurm_gives_the_local_outputs(tmp_path):
     work = tmp_path / "slurm"
