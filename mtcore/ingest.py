@@ -44,6 +44,9 @@ from mtcore.textblock import BlockReader
 BLOCK_LINES = 50_000
 """Lines per block: about 10 MB of news-length text, a few MB of short segments."""
 IN_PROCESS_BYTES = 32 << 20
+BLOCK_BYTES = 64 << 20
+"""Bytes of one file a block of decompressed input holds at most (fewer lines where they are
+long: a small ``.gz`` can expand to long lines by the thousand)."""
 """Below this total size the blocks are checked in the driver: starting workers costs more."""
 _COMPRESSED = (".gz", ".xz")
 _BOM = BOM.encode()
@@ -95,6 +98,7 @@ def ingest(
     executor: Any,
     progress: Any = None,
     block_lines: int = BLOCK_LINES,
+    block_bytes: int = BLOCK_BYTES,
 ) -> int:
     """Reads the line-aligned files ``paths`` through ``policy`` into ``out`` (one file each)
     and returns the number of pairs written; counts in ``stats`` what the policy handled."""
@@ -102,7 +106,7 @@ def ingest(
     small = sum(p.stat().st_size for p in paths) < IN_PROCESS_BYTES
     send_bytes = not small and not getattr(executor, "shares_files", True)
     blocks = (
-        _decompressed(paths, block_lines, policy.max_line_bytes)
+        _decompressed(paths, block_lines, policy.max_line_bytes, block_bytes)
         if compressed
         else _cut(paths, block_lines)
     )
@@ -155,10 +159,14 @@ def ingest(
     return written
 
 
-def _decompressed(paths: Sequence[Path], lines: int, max_line_bytes: int) -> Iterator[Block]:
+def _decompressed(
+    paths: Sequence[Path], lines: int, max_line_bytes: int, block_bytes: int
+) -> Iterator[Block]:
     """Blocks of ``.gz``/``.xz`` (or mixed) input, decompressed by the driver; no line longer
-    than the policy's limit is held whole (:class:`BlockReader`)."""
-    for raw in BlockReader(paths, lines, decompress=True, max_line_bytes=max_line_bytes):
+    than the policy's limit is held whole, no block past ``block_bytes`` a file
+    (:class:`BlockReader`)."""
+    reader = BlockReader(paths, lines, True, max_line_bytes, block_bytes)
+    for raw in reader:
         yield Block(raw.paths, raw.first_line, raw.count, (), raw.raws)
 
 

@@ -311,16 +311,20 @@ class BlockReader:
         lines: int,
         decompress: bool = False,
         max_line_bytes: int | None = None,
+        max_block_bytes: int | None = None,
     ) -> None:
         """``decompress``: read ``.gz``/``.xz`` files (by name) as their text.
         ``max_line_bytes``: a longer line is kept only to its first ``max_line_bytes + 1``
         bytes, the rest skipped as it is read (still too long for the input policy, which
         then drops it or names it): one line of a compressed file (128 MB from a 586 KB
-        ``.gz``) never has to fit in memory."""
+        ``.gz``) never has to fit in memory. ``max_block_bytes``: a block holds fewer than
+        ``lines`` lines where they would pass this many bytes in a file (only for readers
+        whose blocks' boundaries do not matter to their output: ingest's)."""
         self.paths = [Path(p) for p in paths]
         self.lines = lines
         self.decompress = decompress
         self.max_line_bytes = max_line_bytes
+        self.max_block_bytes = max_block_bytes
 
     def __iter__(self) -> Iterator[RawBlock]:
         with contextlib.ExitStack() as stack:
@@ -336,7 +340,10 @@ class BlockReader:
         ]
         first = 1
         while True:
-            parts = [b.take(self.lines) for b in buffers]
+            want = self.lines
+            if self.max_block_bytes is not None:  # the fewest lines any file holds in budget
+                want = max(1, min(b.fill(self.lines, self.max_block_bytes) for b in buffers))
+            parts = [b.take(want) for b in buffers]
             counts = [len(ends) for _, ends in parts]
             if max(counts) == 0:
                 return
@@ -396,6 +403,13 @@ class _LineBuffer:
             if len(self.buffer) - tail > self.limit + 1:  # the open last line is too long
                 del self.buffer[tail + self.limit + 1 :]
                 self.skipping = True
+
+    def fill(self, lines: int, budget: int) -> int:
+        """Reads until ``lines`` whole lines are buffered, the file ends, or the buffer holds
+        ``budget`` bytes; returns the whole lines buffered, at most ``lines``."""
+        while len(self.newlines) < lines and not self.eof and len(self.buffer) < budget:
+            self._fill()
+        return min(lines, len(self.newlines))
 
     def take(self, lines: int) -> tuple[bytes, np.ndarray]:
         while len(self.newlines) < lines and not self.eof:

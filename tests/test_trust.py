@@ -722,3 +722,36 @@ def test_random_damage_to_a_recipe_ends_in_clean_errors_fast(tmp_path):
             outcomes["error"] += 1
         assert time.perf_counter() - start < 10.0  # about 0.1 s each on an idle machine
     assert outcomes["error"] >= 30, outcomes
+
+
+def test_a_block_of_decompressed_lines_has_a_byte_budget(tmp_path):
+    """A small .gz can expand to many long (valid) lines: a block of 50,000 of them held them
+    all (64 lines of 1 MiB: about 200 MiB at the peak; 96: 295 MiB). Blocks of decompressed
+    input stop at a byte budget a file (here 8 MiB: a peak of about 57 MiB, most of it the
+    decompressor's and the scan's own); the output is the same."""
+    import gzip
+    import tracemalloc
+
+    from mtcore.corpus import InputPolicy
+    from mtcore.ingest import ingest
+    from mtcore_plugins.executors.local import LocalExecutor
+
+    line = b"b" * (1 << 20) + b"\n"
+    src = tmp_path / "c.en.gz"
+    with gzip.open(src, "wb", compresslevel=1) as out:
+        for _ in range(64):
+            out.write(line)
+    tgt = tmp_path / "c.ja"
+    tgt.write_bytes("行\n".encode() * 64)
+    policy = InputPolicy(max_line_bytes=2 << 20)
+    executor = LocalExecutor.from_dict({"workers": 1})
+    targets = [tmp_path / "out.en", tmp_path / "out.ja"]
+    tracemalloc.start()
+    try:
+        lines = ingest([src, tgt], targets, policy, Stats(), executor, block_bytes=8 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == 64 and targets[0].stat().st_size == 64 * len(line)
+    assert targets[1].read_bytes() == tgt.read_bytes()
+    assert peak < 100 << 20, f"{peak / 2**20:.0f} MiB"
