@@ -30,7 +30,10 @@ def train_to(data: Path, save_dir: Path, updates: int) -> str:
 
 
 def state(save_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, object]]:
-    saved = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    from mtcore_plugins.common.fairseq_setup import add_safe_globals
+
+    add_safe_globals()  # the checkpoint's optimizer state, through the safe loader
+    saved = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     return saved["model"], saved["last_optimizer_state"]
 
 
