@@ -155,6 +155,8 @@ class Driver:
             if not self.running:
                 break
             for ended in scheduler.wait(TICK):
+                if isinstance(ended.error, KeyboardInterrupt):  # a signal stopped its tool:
+                    raise ended.error  # stop the run, the step still named as running
                 need, _ = self.running.pop(ended.step_id)
                 free = free.plus(need)
                 self.runner.running = list(self.running)
@@ -264,8 +266,6 @@ class Driver:
         planned = self.by_id[ended.step_id]
         final = step_dir(self.runner.workdir, planned)
         error = ended.error
-        if isinstance(error, KeyboardInterrupt):
-            raise error
         if error is None and not (final / "manifest.json").exists():
             state = job_state(job_dir(self.runner.workdir, planned))
             error = StepError(
