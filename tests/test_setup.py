@@ -44,7 +44,7 @@ def test_setup_is_idempotent():
         ["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True, check=True
     )
     assert result.stdout == "" and result.stderr == ""  # nothing installed, nothing said
-    assert time.time() - started < 5
+    assert time.time() - started < 60  # an install would take minutes; a loaded machine seconds
 
 
 def test_the_package_list_holds_every_package_of_the_tree():
