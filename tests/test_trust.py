@@ -385,6 +385,24 @@ def test_changed_unlisted_and_linked_artifacts_are_refused(tmp_path):
         load(tmp_path)
 
 
+def damaged(
+    good: bytes, rng: Any, edits: int, odds: tuple[float, float], byte: Any, cut: int, grow: int
+) -> bytes:
+    """``good`` with 1 to ``edits`` random edits: a byte replaced by ``byte()`` (below
+    ``odds[0]``), up to ``cut`` bytes deleted (below ``odds[1]``), or up to ``grow`` repeated."""
+    data = bytearray(good)
+    for _ in range(rng.randint(1, edits)):
+        at = rng.randrange(len(data))
+        choice = rng.random()
+        if choice < odds[0]:
+            data[at] = byte()
+        elif choice < odds[1]:
+            del data[at : at + rng.randint(1, cut)]
+        else:
+            data[at:at] = data[at : at + rng.randint(1, grow)]
+    return bytes(data)
+
+
 def test_random_damage_to_system_json_ends_in_clean_errors_fast(tmp_path):
     """A fuzz of system.json: bytes flipped, cut, duplicated; every load ends in a clean
     MtcoreError (or loads, where the damage hit a free-text value) within a second."""
@@ -398,17 +416,8 @@ def test_random_damage_to_system_json_ends_in_clean_errors_fast(tmp_path):
     rng = random.Random(43)
     outcomes = {"error": 0, "loaded": 0}
     for _ in range(150):
-        data = bytearray(good)
-        for _ in range(rng.randint(1, 4)):
-            at = rng.randrange(len(data))
-            choice = rng.random()
-            if choice < 0.5:
-                data[at] = rng.randrange(256)
-            elif choice < 0.75:
-                del data[at : at + rng.randint(1, 20)]
-            else:
-                data[at:at] = data[at : at + rng.randint(1, 40)]
-        (tmp_path / "system.json").write_bytes(bytes(data))
+        data = damaged(good, rng, 4, (0.5, 0.75), lambda: rng.randrange(256), 20, 40)
+        (tmp_path / "system.json").write_bytes(data)
         start = time.perf_counter()
         try:
             load(tmp_path)
@@ -703,17 +712,10 @@ def test_random_damage_to_a_recipe_ends_in_clean_errors_fast(tmp_path):
     path = tmp_path / "fuzzed.yaml"
     outcomes = {"error": 0, "loaded": 0}
     for _ in range(60):
-        data = bytearray(good)
-        for _ in range(rng.randint(1, 6)):
-            at = rng.randrange(len(data))
-            choice = rng.random()
-            if choice < 0.4:
-                data[at] = rng.choice(b"&*:-[]{}\n \t'\"!%@|>#x0")
-            elif choice < 0.7:
-                del data[at : at + rng.randint(1, 30)]
-            else:
-                data[at:at] = data[at : at + rng.randint(1, 60)]
-        path.write_bytes(bytes(data))
+        data = damaged(
+            good, rng, 6, (0.4, 0.7), lambda: rng.choice(b"&*:-[]{}\n \t'\"!%@|>#x0"), 30, 60
+        )
+        path.write_bytes(data)
         start = time.perf_counter()
         try:
             load_recipe(path, registry)
