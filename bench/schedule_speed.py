@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -25,8 +26,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(recipe: str, profile: str | None, work: Path, slots: str | None) -> tuple[float, float]:
-    """Wall seconds of one ``mtcore run`` and the mean 1-minute load average while it ran."""
+def steal() -> tuple[int, int]:
+    """The machine's (steal, total) jiffies so far, from the first line of /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
+
+
+def run(
+    recipe: str, profile: str | None, work: Path, slots: str | None
+) -> tuple[float, float, float, float]:
+    """Wall seconds of one ``mtcore run``, the mean 1-minute load average while it ran, the CPU
+    seconds its processes used (user + system), and the share of the machine lost to steal."""
     command = [str(ROOT / ".venv" / "bin" / "mtcore"), "run", recipe, "-w", str(work), "-q"]
     if profile:
         command += ["-p", profile]
@@ -41,13 +51,17 @@ def run(recipe: str, profile: str | None, work: Path, slots: str | None) -> tupl
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    before, stolen = resource.getrusage(resource.RUSAGE_CHILDREN), steal()
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     seconds = time.monotonic() - started
+    after, stolen_after = resource.getrusage(resource.RUSAGE_CHILDREN), steal()
     stop.set()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    lost = (stolen_after[0] - stolen[0]) / max(1, stolen_after[1] - stolen[1])
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return seconds, sum(loads) / max(1, len(loads))
+    return seconds, sum(loads) / max(1, len(loads)), cpu, lost
 
 
 def outputs(work: Path) -> dict[str, dict[str, str]]:
@@ -71,10 +85,14 @@ def main() -> None:
         work = base / name
         shutil.rmtree(work, ignore_errors=True)
         slots = "cpu=1" if name == "sequential" else None
-        seconds, load = run(args.recipe, args.profile, work, slots)
+        seconds, load, cpu, lost = run(args.recipe, args.profile, work, slots)
         results[name] = (seconds, load, outputs(work))
-        how = "--slots cpu=1" if slots else f"{os.cpu_count()} cores"
-        print(f"{name:10} {seconds:8.1f} s   load average {load:.2f}   ({how})", flush=True)
+        how = "--slots cpu=1" if slots else f"{len(os.sched_getaffinity(0))} cores"
+        print(
+            f"{name:10} {seconds:8.1f} s   load average {load:.2f}   CPU {cpu:.0f} s"
+            f" ({cpu / seconds:.2f} cores busy)   steal {lost:.0%}   ({how})",
+            flush=True,
+        )
     seq, sched = results["sequential"], results["scheduled"]
     same = seq[2] == sched[2]
     differing = sorted(k for k in seq[2] if seq[2][k] != sched[2].get(k))

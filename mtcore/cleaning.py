@@ -28,9 +28,9 @@ from mtcore.filtering import (
     chain_task,
     keep_of,
     make_specs,
-    map_chain,
     score_task,
 )
+from mtcore.fitting import map_chain
 from mtcore.ranking import ranked_cut
 from mtcore.registry import Registry
 from mtcore.textblock import BlockReader, RawBlock

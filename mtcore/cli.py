@@ -16,9 +16,11 @@ import click
 
 from mtcore import __version__
 from mtcore.cache import LOCK_ENV, lock_path
-from mtcore.cli_common import default_workdir as _workdir
-from mtcore.cli_common import load as _load
-from mtcore.cli_common import recipe_options as _recipe_options
+from mtcore.cli_common import (
+    default_workdir as _workdir,
+    load as _load,
+    recipe_options as _recipe_options,
+)
 from mtcore.cli_translate import export, translate
 from mtcore.errors import MtcoreError
 from mtcore.registry import KINDS, load_registry

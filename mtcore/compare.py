@@ -24,7 +24,7 @@ from mtcore.report import ScoreRow, _code, score_rows
 if TYPE_CHECKING:
     from mtcore.recipe import Recipe
     from mtcore.registry import Registry
-    from mtcore.runner import RunResult
+    from mtcore.results import RunResult
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ import socket
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mtcore.errors import RecipeError, StepError
 from mtcore.jobs import (
@@ -32,14 +33,38 @@ from mtcore.jobs import (
 from mtcore.plan import PlannedStep, step_dir
 from mtcore.plugin import Executor
 from mtcore.resources import Resources, step_resources
+from mtcore.results import RunResult, StepResult
 from mtcore.schedule import CostModel, fitted, remaining_paths
 from mtcore.scheduling import Ended, Job, Scheduler
 
 if TYPE_CHECKING:
     from mtcore.display import Display
-    from mtcore.runner import Runner, RunResult
+    from mtcore.recipe import Recipe
+    from mtcore.registry import Registry
 
 log = logging.getLogger("mtcore")
+
+
+class Runner(Protocol):
+    """What the driver reads and calls of its :class:`mtcore.runner.Runner` (a protocol, so
+    that the runner may import the driver and not the other way round)."""
+
+    recipe: Recipe
+    registry: Registry
+    workdir: Path
+    hooks: Any
+    show_progress: bool
+    scheduler_name: str | None
+    slots: dict[str, int]
+    keep_going: bool
+    display: bool
+    running: list[str]
+
+    def cached(self, planned: PlannedStep, key: str | None) -> dict[str, Any] | None: ...
+
+    def indexed(self, key: str, final: Path) -> None: ...
+
+
 TICK = 1.0  # seconds between display refreshes while steps run
 
 
@@ -291,8 +316,6 @@ class Driver:
         self._finished(planned, "ran", manifest)
 
     def _finished(self, planned: PlannedStep, status: str, manifest: dict[str, Any]) -> None:
-        from mtcore.runner import StepResult
-
         final = step_dir(self.runner.workdir, planned)
         # the job's record, spec and lock are of no use once the step is complete
         shutil.rmtree(job_dir(self.runner.workdir, planned), ignore_errors=True)

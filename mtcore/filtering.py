@@ -16,7 +16,7 @@ come last in the chain and a step that has them reads its input twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,8 @@ from mtcore.errors import PluginError
 from mtcore.plugin import Filter
 from mtcore.ranking import KeepSpec
 from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards, worker_memo
-from mtcore.textblock import BlockReader, RawBlock, TextBlock
+from mtcore.shards import worker_memo
+from mtcore.textblock import RawBlock, TextBlock
 
 KEPT = -1
 ENGINE_KEYS = ("name", "keep")
@@ -228,29 +228,6 @@ def chain_resources(inputs: Mapping[str, Any], main: str = "corpus") -> tuple[tu
     """A step's inputs other than ``main``, as (role, artifact directory): the resources its
     filters may name (a language model, held-out sets)."""
     return tuple(sorted((role, str(a.path)) for role, a in inputs.items() if role != main))
-
-
-def map_chain(
-    ctx: Any,
-    fn: Callable[[ChainTask], ShardResult],
-    files: Sequence[Path],
-    langs: tuple[str, ...],
-    specs: tuple[ComponentSpec, ...],
-    shard_size: int,
-) -> Iterator[tuple[RawBlock, ShardResult]]:
-    """``fn`` (:func:`chain_task` or :func:`score_task`) over the shards of the corpus
-    ``files`` on the step's executor, resume-safe, in corpus order, once fitted."""
-    from mtcore.fitting import fit_chain  # builds on this module
-
-    resources = chain_resources(ctx.inputs)
-    specs = fit_chain(ctx, files, langs, specs, resources)
-    return map_shards(
-        ctx.executor,
-        fn,
-        BlockReader(files, shard_size),
-        lambda raw: (specs, langs, resources, raw),
-        ctx.scratch("shards"),
-    )
 
 
 class StatefulStage:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,9 @@ import numpy as np
 
 from mtcore.components import ComponentSpec
 from mtcore.errors import DataError
-from mtcore.filtering import KEPT, chain_task
+from mtcore.filtering import KEPT, ChainTask, ShardResult, chain_resources, chain_task
 from mtcore.plugin import Filter, Pair
+from mtcore.shards import map_shards
 from mtcore.textblock import BlockReader, RawBlock
 
 READ_LINES = 100_000  # lines read at a time while drawing a sample
@@ -130,3 +131,24 @@ def _lines_of(raw: RawBlock, rows: np.ndarray) -> RawBlock:
     sides = [raw.kept_bytes(side, keep) for side in range(len(raw.raws))]
     ends = tuple(np.flatnonzero(np.frombuffer(b, dtype=np.uint8) == 10) for b in sides)
     return RawBlock(tuple(sides), ends, raw.first_line + int(rows[0]), raw.paths)
+
+
+def map_chain(
+    ctx: Any,
+    fn: Callable[[ChainTask], ShardResult],
+    files: Sequence[Path],
+    langs: tuple[str, ...],
+    specs: tuple[ComponentSpec, ...],
+    shard_size: int,
+) -> Iterator[tuple[RawBlock, ShardResult]]:
+    """``fn`` (``chain_task`` or ``score_task`` of :mod:`mtcore.filtering`) over the shards of
+    the corpus ``files`` on the step's executor, resume-safe, in corpus order, once fitted."""
+    resources = chain_resources(ctx.inputs)
+    specs = fit_chain(ctx, files, langs, specs, resources)
+    return map_shards(
+        ctx.executor,
+        fn,
+        BlockReader(files, shard_size),
+        lambda raw: (specs, langs, resources, raw),
+        ctx.scratch("shards"),
+    )

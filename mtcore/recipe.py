@@ -18,8 +18,8 @@ from mtcore.recipe_graph import (
     check_cycles,
     check_references,
     check_unbuilt_references,
+    split_reference as split_reference,
 )
-from mtcore.recipe_graph import split_reference as split_reference
 from mtcore.registry import Registry, suggest
 from mtcore.resources import ResourceSpec
 from mtcore.step import Step

@@ -4,12 +4,25 @@ is and what would be valid."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from mtcore.registry import suggest
+from mtcore.step import Step
 
-if TYPE_CHECKING:
-    from mtcore.recipe import StepSpec
+
+class StepSpec(Protocol):
+    """What these checks read of a recipe's step (:class:`mtcore.recipe.StepSpec`; a protocol,
+    so that the recipe module imports this one and not the other way round)."""
+
+    @property
+    def inputs(self) -> dict[str, str]: ...
+
+    @property
+    def location(self) -> str: ...
+
+    @property
+    def plugin(self) -> Step: ...
 
 
 def split_reference(ref: str) -> tuple[str, str | None]:
@@ -17,7 +30,9 @@ def split_reference(ref: str) -> tuple[str, str | None]:
     return step, output or None
 
 
-def check_references(steps: dict[str, StepSpec], problems: list[str], declared: set[str]) -> None:
+def check_references(
+    steps: Mapping[str, StepSpec], problems: list[str], declared: set[str]
+) -> None:
     """``declared`` holds every id in the recipe, valid or not: a reference to an entry that
     already has a problem of its own is not reported a second time."""
     for spec in steps.values():
@@ -47,7 +62,7 @@ def check_references(steps: dict[str, StepSpec], problems: list[str], declared: 
 
 
 def check_unbuilt_references(
-    entries: dict[str, Any], steps: dict[str, StepSpec], problems: list[str], declared: set[str]
+    entries: dict[str, Any], steps: Mapping[str, StepSpec], problems: list[str], declared: set[str]
 ) -> None:
     """A step that could not be built (a misspelt kind, a bad setting) still has its inputs
     checked: its dangling references are reported in the same pass, not after the fix."""
@@ -64,7 +79,7 @@ def check_unbuilt_references(
                 )
 
 
-def check_cycles(steps: dict[str, StepSpec], problems: list[str]) -> None:
+def check_cycles(steps: Mapping[str, StepSpec], problems: list[str]) -> None:
     state: dict[str, int] = {}
 
     def visit(node: str, trail: list[str]) -> None:

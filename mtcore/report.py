@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mtcore.recipe import Recipe
-    from mtcore.runner import RunResult
+    from mtcore.results import RunResult
 
 log = logging.getLogger(__name__)
 PLOT_FILE = "scores.png"

@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from mtcore.plan import PlannedStep, make_plan, step_dir
 from mtcore.recipe import Recipe
 from mtcore.registry import Registry
 from mtcore.resources import default_slots
+from mtcore.results import RunResult, StepResult
 from mtcore.step import config_dict
 
 __all__ = [
@@ -50,33 +50,6 @@ __all__ = [
     "run_plugin",
 ]
 log = logging.getLogger("mtcore")
-
-
-@dataclass
-class StepResult:
-    planned: PlannedStep
-    status: str  # "ran" or "cached" (also when reused by content: mtcore.cache)
-    manifest: dict[str, Any]
-    path: Path
-
-
-@dataclass
-class RunResult:
-    workdir: Path
-    results: list[StepResult] = field(default_factory=list)
-    log_file: Path | None = None
-
-    def manifest(self, step_id: str) -> dict[str, Any]:
-        for result in self.results:
-            if result.planned.id == step_id:
-                return result.manifest
-        raise KeyError(step_id)
-
-    def path(self, step_id: str) -> Path:
-        for result in self.results:
-            if result.planned.id == step_id:
-                return result.path
-        raise KeyError(step_id)
 
 
 @contextmanager

@@ -9,9 +9,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from mtcore.errors import MtcoreError
-from mtcore.hooks import hookimpl
-from mtcore.registry import load_registry
+from mtcore.api import MtcoreError, hookimpl, load_registry
 
 
 @click.command("evaluate")
@@ -35,7 +33,7 @@ def evaluate_command(
     hyp: Path, refs: tuple[Path, ...], lang: str, metrics: tuple[str, ...], tokenize: str | None
 ) -> None:
     """Score a hypothesis file against one or more references, with signatures."""
-    from mtcore.metrics import build_metrics, check_lengths, evaluate, read_segments
+    from mtcore.api import build_metrics, check_lengths, evaluate, read_segments
 
     hyps = read_segments(hyp)
     references = [read_segments(r) for r in refs]

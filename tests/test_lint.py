@@ -67,36 +67,107 @@ def test_plugin_layers_point_one_way():
     assert not wrong, "\n".join(wrong)
 
 
-def test_plugin_modules_import_no_cycle():
-    """Issue 19 point 3: no two plugin modules import each other, directly or through others
-    (lazy and type-checking imports count: a cycle hidden in a function is still one)."""
+def import_graph(folder: Path, package: str) -> dict[str, set[str]]:
+    """Each module of ``folder`` (the package ``package``) and every name it imports, at any
+    depth of the file: lazy and type-checking imports count, since a cycle hidden in a function
+    is still one. ``from a import b`` counts ``a`` and ``a.b`` (``b`` may be a module)."""
     import ast
 
     graph: dict[str, set[str]] = {}
-    for path in sorted((ROOT / "plugins").rglob("*.py")):
-        parts = path.relative_to(ROOT / "plugins").with_suffix("").parts
-        module = ".".join(("mtcore_plugins", *parts)).removesuffix(".__init__")
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).with_suffix("").parts
+        module = ".".join((package, *parts)).removesuffix(".__init__")
         found = graph.setdefault(module, set())
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
                 found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
             elif isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
     state: dict[str, int] = {}
-    cycles: list[str] = []
+    found: list[str] = []
 
     def visit(node: str, trail: list[str]) -> None:
         if state.get(node) == 2:
             return
         if state.get(node) == 1:
-            cycles.append(" -> ".join([*trail[trail.index(node) :], node]))
+            found.append(" -> ".join([*trail[trail.index(node) :], node]))
             return
         state[node] = 1
         for target in sorted(graph[node]):
-            if target in graph:
+            if target in graph and target != node:
                 visit(target, [*trail, node])
         state[node] = 2
 
     for module in sorted(graph):
         visit(module, [])
-    assert not cycles, "\n".join(cycles)
+    return found
+
+
+@pytest.mark.parametrize("package", ["mtcore_plugins", "mtcore"])
+def test_modules_import_no_cycle(package):
+    """Issue 19 point 3, issue 49 point 5: no two modules of the plugins or of the core import
+    each other, directly or through others. The public API (``mtcore.api``) is left out of the
+    core's graph: it names every module it re-exports, and no core module imports it."""
+    folder = ROOT / ("plugins" if package == "mtcore_plugins" else "mtcore")
+    graph = import_graph(folder, package)
+    assert len(graph) > 20
+    if package == "mtcore":
+        users = sorted(
+            m for m, found in graph.items() if "mtcore.api" in found and m != "mtcore.api"
+        )
+        assert not users, f"core modules import the public API: {users}"
+        graph.pop("mtcore.api")
+        users = sorted(m for m, found in graph.items() if "mtcore.api" in found)
+    found = cycles(graph)
+    assert not found, "\n".join(found)
+
+
+def test_cycle_finder_finds_a_cycle():
+    """The check above can fail: a two-module and a three-module cycle are both found."""
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c", "x"}}
+    assert cycles(graph) == ["a -> b -> a", "c -> d -> e -> c"]
+
+
+def test_plugins_import_only_the_public_api():
+    """Issue 49 point 1: the built-in plugins and the example packages import ``mtcore.api``
+    and nothing else of ``mtcore`` (any depth of the file), so the core can move without
+    breaking a plugin package."""
+    import ast
+
+    folders = [ROOT / "plugins", *sorted((ROOT / "examples").iterdir())]
+    wrong, seen = [], 0
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            if "build" in path.relative_to(folder).parts:
+                continue
+            seen += 1
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                for name in names:
+                    if name.split(".")[0] == "mtcore" and name != "mtcore.api":
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert seen > 100
+    assert not wrong, "use mtcore.api instead:\n" + "\n".join(wrong)
+
+
+def test_public_api_names_resolve():
+    """Every name of ``mtcore.api.__all__`` is defined where the API says it is, and an
+    unknown name is an error that points at ``__all__``."""
+    import mtcore.api as api
+
+    assert "Filter" in api.__all__ and "Step" in api.__all__
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+    with pytest.raises(AttributeError, match="__all__"):
+        api.NoSuchName  # noqa: B018
+    with pytest.raises(ImportError, match="NoSuchName"):
+        exec("from mtcore.api import NoSuchName", {})

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.plugin import Augmenter
+from mtcore.api import Augmenter
 from mtcore_plugins.augmenters.base import SeededConfig, line_rng
 from mtcore_plugins.common.tags import TOKEN_PATTERN
 

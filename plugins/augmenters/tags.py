@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from pydantic import Field, field_validator
 
-from mtcore.plugin import Augmenter, PluginConfig
+from mtcore.api import Augmenter, PluginConfig
 from mtcore_plugins.common.tags import TOKEN_PATTERN, prepend
 
 

@@ -25,9 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mtcore.errors import DataError
-from mtcore.hashing import cache_home, content_hash, hash_json
-from mtcore.step import Artifact
+from mtcore.api import Artifact, DataError, cache_home, content_hash, hash_json
 from mtcore_plugins.common.ct2_spec import ACTIVATIONS, transformer_spec
 from mtcore_plugins.common.model_extension import registered
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mtcore.errors import DataError
+from mtcore.api import DataError
 from mtcore_plugins.common.ct2_convert import limits
 from mtcore_plugins.common.decoding import Hyp
 from mtcore_plugins.common.spm import load_spm

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mtcore.errors import PluginError
+from mtcore.api import PluginError
 from mtcore_plugins.common.ct2_convert import limits
 from mtcore_plugins.common.force_decode import fits
 from mtcore_plugins.common.spm import load_spm

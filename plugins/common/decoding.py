@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtcore.errors import DataError
-from mtcore.stats import Stats
-from mtcore.step import Artifact
+from mtcore.api import Artifact, DataError, Stats
 from mtcore_plugins.common.checkpoints import first_difference
 from mtcore_plugins.common.fairseq_setup import (
     add_safe_globals,

@@ -11,9 +11,7 @@ import numpy as np
 from pydantic import Field, model_validator
 from pydantic.config import JsonDict
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NOT_IDENTITY, PluginConfig
-from mtcore.shards import worker_memo
+from mtcore.api import NOT_IDENTITY, PluginConfig, PluginError, worker_memo
 
 NOT_IN_HASH: JsonDict = NOT_IDENTITY
 

@@ -22,11 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mtcore.process import PARENT_ENV, die_with_parent
+from mtcore.api import PARENT_ENV, die_with_parent
 
 # Moved to checkpoints.py; kept importable from here for existing callers.
-from mtcore_plugins.common.checkpoints import average_checkpoints as average_checkpoints
-from mtcore_plugins.common.checkpoints import save_for_inference as save_for_inference
+from mtcore_plugins.common.checkpoints import (
+    average_checkpoints as average_checkpoints,
+    save_for_inference as save_for_inference,
+)
 from mtcore_plugins.common.deferred import deferred
 from mtcore_plugins.common.fairseq_setup import (
     add_safe_globals,

@@ -54,7 +54,7 @@ def add_safe_globals() -> None:
     environment says (:func:`mtcore.process.safe_torch_loads`)."""
     import torch.serialization
 
-    from mtcore.process import safe_torch_loads
+    from mtcore.api import safe_torch_loads
 
     safe_torch_loads()
     torch.serialization.add_safe_globals(safe_globals())
@@ -63,7 +63,7 @@ def add_safe_globals() -> None:
 def register_models(names: Sequence[str], registry: Any = None) -> None:
     """Calls ``register()`` of each named ``mtcore.models`` plugin (idempotent by contract)."""
     if registry is None:
-        from mtcore.registry import load_registry
+        from mtcore.api import load_registry
 
         registry = load_registry()
     for name in names:

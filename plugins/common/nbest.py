@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from mtcore.errors import DataError
-from mtcore.step import Artifact, write_artifact_meta
+from mtcore.api import Artifact, DataError, write_artifact_meta
 
 FILE = "nbest.jsonl"
 

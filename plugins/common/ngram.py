@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mtcore.errors import PluginError
-from mtcore.shards import worker_memo
+from mtcore.api import PluginError, worker_memo
 
 TOKENIZATION = "mtcore-segmenter-1"
 """Names :func:`lm_line`'s rules in ``artifact.json``; a filter refuses a model whose training

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mtcore.errors import DataError
+from mtcore.api import DataError
 
 
 def load_spm(path: Path) -> Any:
     import sentencepiece as spm
 
-    from mtcore.step import Artifact
+    from mtcore.api import Artifact
 
     meta = Artifact.open(path).meta
     if meta.get("type") != "sentencepiece":

@@ -29,9 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from mtcore.errors import PluginError
-from mtcore.hashing import cache_home
-from mtcore.shards import worker_memo
+from mtcore.api import PluginError, cache_home, worker_memo
 
 # Language codes as recipes spell them (ISO 639-1/-3, with region or script suffixes).
 _ALIASES = {"jpn": "ja", "zho": "zh", "chi": "zh", "cmn": "zh", "yue": "zh", "wuu": "zh"}

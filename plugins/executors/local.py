@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from mtcore.plugin import Executor, PluginConfig
-from mtcore.process import die_with_parent
+from mtcore.api import Executor, PluginConfig, die_with_parent
 
 
 class LocalConfig(PluginConfig):

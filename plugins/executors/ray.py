@@ -25,8 +25,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from mtcore.errors import PluginError, StepError
-from mtcore.plugin import Executor, PluginConfig
+from mtcore.api import Executor, PluginConfig, PluginError, StepError
 from mtcore_plugins.common.ray_local import restore, start_private
 
 INSTALL_HINT = "executor 'ray' needs Ray, which is not installed: pip install 'mtcore[ray]'"

@@ -7,8 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mtcore.plugin import Filter, Pair
-from mtcore.textblock import TextBlock
+from mtcore.api import Filter, Pair, TextBlock
 
 
 class ArrayFilter(Filter):

@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mtcore.errors import PluginError
-from mtcore.shards import worker_memo
+from mtcore.api import PluginError, worker_memo
 
 
 def model_meta(folder: Path, role: str, filter_name: str) -> dict[str, Any]:
@@ -33,8 +32,7 @@ def translator(model: Path, spm: Path, src: str, tgt: str, threads: int, **decod
     def load() -> Any:
         import torch
 
-        from mtcore.registry import load_registry
-        from mtcore.step import Artifact
+        from mtcore.api import Artifact, load_registry
         from mtcore_plugins.common.decoding import DecodeJob, Translator
 
         torch.set_num_threads(threads)

@@ -16,9 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import Filter, Pair, PluginConfig
-from mtcore.textblock import TextBlock
+from mtcore.api import Filter, Pair, PluginConfig, PluginError, TextBlock
 from mtcore_plugins.filters._brackets import (
     KINDS,
     STAND_IN,

@@ -69,9 +69,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import Filter, Pair, PluginConfig
-from mtcore.shards import worker_memo
+from mtcore.api import Filter, Pair, PluginConfig, PluginError, worker_memo
 from mtcore_plugins.filters._lexicon import Lexicon
 
 MAX_TOKENS = 0x3FF  # eflomal writes longer sentences as empty (MAX_SENT_LEN 0x400)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal, cast
 import numpy as np
 from pydantic import Field
 
-from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.api import Filter, Pair, PluginConfig
 
 _SEP = "\t"
 

@@ -28,8 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NOT_IDENTITY, Filter, Pair, PluginConfig
+from mtcore.api import NOT_IDENTITY, Filter, Pair, PluginConfig, PluginError
 from mtcore_plugins.filters import _nmt
 
 
@@ -138,7 +137,7 @@ class DenoiseFilter(Filter):
         assert isinstance(config, DenoiseConfig)
         decoders = self._decoders
         if role not in decoders:
-            from mtcore.step import Artifact
+            from mtcore.api import Artifact
 
             members = {"model": Artifact.open(self.models[role])}
             where = f"filter {self.name!r} ({role})"

@@ -25,8 +25,7 @@ import numpy as np
 from pydantic import Field, model_validator
 from pydantic.config import JsonDict
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NOT_IDENTITY, Filter, Pair
+from mtcore.api import NOT_IDENTITY, Filter, Pair, PluginError
 from mtcore_plugins.common.embeddings import EncoderConfig
 
 NOT_IN_HASH: JsonDict = NOT_IDENTITY

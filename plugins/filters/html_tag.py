@@ -14,8 +14,7 @@ from html.parser import HTMLParser
 
 import numpy as np
 
-from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock, TextColumn
+from mtcore.api import PluginConfig, TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
 
 # html.parser's ``starttagopen``: nothing else can begin an element. Searched in the UTF-8

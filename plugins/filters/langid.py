@@ -38,9 +38,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.errors import PluginError
-from mtcore.plugin import Filter, Pair, PluginConfig
-from mtcore.shards import worker_memo
+from mtcore.api import Filter, Pair, PluginConfig, PluginError, worker_memo
 
 # The labels of the bundled models (tests check these against the models themselves), so that
 # a recipe's language codes are validated without loading a model.

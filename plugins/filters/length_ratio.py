@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock
+from mtcore.api import PluginConfig, TextBlock
 from mtcore_plugins.filters._array import ArrayFilter
 from mtcore_plugins.filters.length import Unit, block_lengths, needs_segmenter
 

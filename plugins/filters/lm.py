@@ -44,8 +44,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from mtcore.errors import PluginError
-from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.api import Filter, Pair, PluginConfig, PluginError
 from mtcore_plugins.common.ngram import load_model
 
 

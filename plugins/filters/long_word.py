@@ -16,8 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock, TextColumn
+from mtcore.api import PluginConfig, TextBlock, TextColumn
 from mtcore_plugins.common.tokens import longest_token, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
 

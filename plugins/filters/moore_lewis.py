@@ -26,8 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.api import Filter, Pair, PluginConfig, PluginError
 from mtcore_plugins.filters.lm import LanguageModelFilter, load_model
 
 UNK = "<unk>"

@@ -13,9 +13,7 @@ import numba
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock, TextColumn
+from mtcore.api import PluginConfig, PluginError, TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
 
 

@@ -11,10 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.corpus import Corpus
-from mtcore.errors import PluginError
-from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock
+from mtcore.api import Corpus, PluginConfig, PluginError, TextBlock
 from mtcore_plugins.filters._array import ArrayFilter
 from mtcore_plugins.filters.dedup import normalize_text
 

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.api import Filter, Pair, PluginConfig, PluginError
 
 _PLACEHOLDER = re.compile(
     r"(?P<escape>%%|\{\{|\}\})"

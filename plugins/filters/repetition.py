@@ -18,8 +18,7 @@ import numpy as np
 import regex
 from pydantic import Field, model_validator
 
-from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock, TextColumn
+from mtcore.api import PluginConfig, TextBlock, TextColumn
 from mtcore_plugins.filters._array import ArrayFilter
 
 SPACE = 32

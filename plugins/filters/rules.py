@@ -14,9 +14,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from mtcore.plugin import Filter, Pair, PluginConfig
-from mtcore.shards import worker_memo
-from mtcore.textblock import TextBlock, TextColumn, line_of_offsets
+from mtcore.api import (
+    Filter,
+    Pair,
+    PluginConfig,
+    TextBlock,
+    TextColumn,
+    line_of_offsets,
+    worker_memo,
+)
 from mtcore_plugins.common.tokens import count_tokens, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
 

@@ -26,10 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import PluginConfig
-from mtcore.shards import worker_memo
-from mtcore.textblock import TextBlock, TextColumn
+from mtcore.api import PluginConfig, PluginError, TextBlock, TextColumn, worker_memo
 from mtcore_plugins.filters._array import ArrayFilter
 
 Script = Literal[

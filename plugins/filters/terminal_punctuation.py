@@ -10,9 +10,7 @@ import math
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import PluginConfig
-from mtcore.textblock import TextBlock, code_table
+from mtcore.api import PluginConfig, PluginError, TextBlock, code_table
 from mtcore_plugins.filters._array import ArrayFilter
 
 MARKS = code_table(".?!…")

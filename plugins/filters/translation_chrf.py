@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NOT_IDENTITY, Filter, Pair, PluginConfig
+from mtcore.api import NOT_IDENTITY, Filter, Pair, PluginConfig, PluginError
 from mtcore_plugins.filters import _nmt
 
 

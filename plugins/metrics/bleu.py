@@ -13,9 +13,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import DataError
-from mtcore.metrics import Score
-from mtcore.plugin import Metric, PluginConfig
+from mtcore.api import DataError, Metric, PluginConfig, Score
 
 Tokenizer = Literal[
     "auto", "wmt", "13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "flores200", "none"

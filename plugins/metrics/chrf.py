@@ -7,8 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from mtcore.metrics import Score
-from mtcore.plugin import Metric, PluginConfig
+from mtcore.api import Metric, PluginConfig, Score
 
 
 class ChrfConfig(PluginConfig):

@@ -18,9 +18,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from mtcore.errors import DataError, PluginError
-from mtcore.metrics import Score
-from mtcore.plugin import NOT_IDENTITY, Metric, PluginConfig
+from mtcore.api import NOT_IDENTITY, DataError, Metric, PluginConfig, PluginError, Score
 
 PACKAGE = "unbabel-comet"
 INSTALL = f"pip install {PACKAGE}"

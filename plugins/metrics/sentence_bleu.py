@@ -8,9 +8,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from mtcore.errors import DataError
-from mtcore.metrics import Score
-from mtcore.plugin import Metric, PluginConfig
+from mtcore.api import DataError, Metric, PluginConfig, Score
 from mtcore_plugins.metrics.bleu import BleuConfig, BleuMetric, Tokenizer
 
 

@@ -8,8 +8,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from mtcore.metrics import Score
-from mtcore.plugin import Metric, PluginConfig
+from mtcore.api import Metric, PluginConfig, Score
 
 
 class TerConfig(PluginConfig):

@@ -5,7 +5,7 @@ registries; it is idempotent and imports fairseq only when called."""
 
 from __future__ import annotations
 
-from mtcore.plugin import Model, PluginConfig
+from mtcore.api import Model, PluginConfig
 from mtcore_plugins.models.presets import user_dir
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mtcore.plugin import Model, PluginConfig
+from mtcore.api import Model, PluginConfig
 from mtcore_plugins.models.zoo import NT5_TABLE4, of_family
 
 # arch name -> settings applied over fairseq's transformer base_architecture (only where the
@@ -150,8 +150,12 @@ class TransformerPresets(Model):
 def register_everything() -> None:
     """Every mtcore architecture and the R-Drop criterion (what ``--user-dir`` loads)."""
     from mtcore_plugins.models.rdrop import register_rdrop
-    from mtcore_plugins.models.zoo import EXTENSIONS, register_extensions, register_presets
-    from mtcore_plugins.models.zoo import PRESETS as ZOO
+    from mtcore_plugins.models.zoo import (
+        EXTENSIONS,
+        PRESETS as ZOO,
+        register_extensions,
+        register_presets,
+    )
 
     register_extensions(list(EXTENSIONS))
     TransformerPresets.register_own()

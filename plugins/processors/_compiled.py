@@ -26,8 +26,7 @@ from typing import Literal
 import numba
 import numpy as np
 
-from mtcore.textblock import lines_of_codes
-from mtcore.textkernels import SPACE_LUT
+from mtcore.api import SPACE_LUT, lines_of_codes
 
 STABLE, COMPLEX = -1, -2  # table values; 0 and up: offset of the mapping in the flat array
 NL = 10

@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from mtcore.plugin import PluginConfig, Processor
-from mtcore.registry import suggest
+from mtcore.api import PluginConfig, Processor, suggest
 
 
 def opencc_configs() -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import regex
 from pydantic import Field
 
-from mtcore.plugin import PluginConfig, Processor
+from mtcore.api import PluginConfig, Processor
 from mtcore_plugins.processors.text import without_breaks
 
 _CONTROL = regex.compile(r"\p{C}")  # sacremoses' remove_control_chars

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import regex
 from pydantic import Field
 
-from mtcore.plugin import PluginConfig, Processor
+from mtcore.api import PluginConfig, Processor
 from mtcore_plugins.common.truecasing import words
 
 # The anonymization placeholders of the WMT22/23 general test sets (#PRS_ORG#, #URL#, ...).

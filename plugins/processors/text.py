@@ -16,8 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.corpus import INNER_BREAKS
-from mtcore.plugin import PluginConfig, Processor
+from mtcore.api import INNER_BREAKS, PluginConfig, Processor
 from mtcore_plugins.processors._compiled import (
     normalize_codes,
     normalized,

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from mtcore.plugin import PluginConfig, Processor
+from mtcore.api import PluginConfig, Processor
 
 _SUFFIX = re.compile(r"\s*[(（][_&][^\W_][)）]")  # noqa: RUF001
 # A word holding the mark (not one glued to a placeholder: %Xbfd_openr), with a following /.

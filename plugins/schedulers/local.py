@@ -18,11 +18,17 @@ from pathlib import Path
 
 from pydantic import Field
 
-from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig
-from mtcore.process import PARENT_ENV, tail
-from mtcore.resources import Resources, cores
-from mtcore.scheduling import Ended, Job, Scheduler
+from mtcore.api import (
+    PARENT_ENV,
+    Ended,
+    Job,
+    PluginConfig,
+    Resources,
+    Scheduler,
+    StepError,
+    cores,
+    tail,
+)
 
 
 def visible_gpus() -> int:

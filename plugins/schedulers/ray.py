@@ -16,11 +16,18 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.errors import PluginError, StepError
-from mtcore.jobs import job_state
-from mtcore.plugin import PluginConfig
-from mtcore.resources import Resources, largest, total
-from mtcore.scheduling import Ended, Job, Scheduler
+from mtcore.api import (
+    Ended,
+    Job,
+    PluginConfig,
+    PluginError,
+    Resources,
+    Scheduler,
+    StepError,
+    job_state,
+    largest,
+    total,
+)
 from mtcore_plugins.common.ray_local import restore, start_private
 
 INSTALL_HINT = "scheduler 'ray' needs Ray: pip install 'mtcore[ray]' (or 'ray[default]')"
@@ -43,7 +50,7 @@ class StepActor:
     def run(self, folder: str) -> str:
         import ray
 
-        from mtcore.jobs import run_job
+        from mtcore.api import run_job
 
         try:
             return run_job(folder)

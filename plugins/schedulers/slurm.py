@@ -17,11 +17,20 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.errors import PluginError, StepError
-from mtcore.jobs import job_state, run_job
-from mtcore.plugin import PluginConfig
-from mtcore.resources import Resources, largest, parse_time, total
-from mtcore.scheduling import Ended, Job, Scheduler
+from mtcore.api import (
+    Ended,
+    Job,
+    PluginConfig,
+    PluginError,
+    Resources,
+    Scheduler,
+    StepError,
+    job_state,
+    largest,
+    parse_time,
+    run_job,
+    total,
+)
 
 INSTALL_HINT = "scheduler 'slurm' needs submitit: pip install 'mtcore[slurm]' (or submitit)"
 ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.plugin import PluginConfig, Scorer
+from mtcore.api import PluginConfig, Scorer
 
 
 class LengthConfig(PluginConfig):

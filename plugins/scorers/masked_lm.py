@@ -17,8 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NOT_IDENTITY, PluginConfig, Scorer
+from mtcore.api import NOT_IDENTITY, PluginConfig, PluginError, Scorer
 
 INSTALL = "pip install 'transformers>=4.30'"
 

@@ -13,9 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NOT_IDENTITY, PluginConfig, Scorer
-from mtcore.step import Artifact
+from mtcore.api import NOT_IDENTITY, Artifact, PluginConfig, PluginError, Scorer
 
 
 class NeuralLMConfig(PluginConfig):

@@ -14,8 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import PluginConfig, Scorer
+from mtcore.api import PluginConfig, PluginError, Scorer
 
 
 class NgramLMConfig(PluginConfig):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mtcore.plugin import Scorer
+from mtcore.api import Scorer
 from mtcore_plugins.common.embeddings import EncoderConfig
 
 

@@ -18,9 +18,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NOT_IDENTITY, PluginConfig, Scorer
-from mtcore.step import Artifact
+from mtcore.api import NOT_IDENTITY, Artifact, PluginConfig, PluginError, Scorer
 
 
 class TranslationScorerConfig(PluginConfig):

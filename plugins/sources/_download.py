@@ -18,11 +18,15 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from mtcore.cache import open_lock
-from mtcore.errors import DataError
-from mtcore.hashing import content_hash, hash_file
-from mtcore.plugin import NOT_IDENTITY, PluginConfig
-from mtcore.stats import Stats
+from mtcore.api import (
+    NOT_IDENTITY,
+    DataError,
+    PluginConfig,
+    Stats,
+    content_hash,
+    hash_file,
+    open_lock,
+)
 from mtcore_plugins.sources._lockfile import LockFile
 
 log = logging.getLogger("mtcore.sources.url")

@@ -10,13 +10,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
-from mtcore.archives import find_member
-from mtcore.corpus import Input, InputPolicy, read_parallel
-from mtcore.corpus_read import read_tsv
-from mtcore.formats import read_sgm, read_ted, read_wmt_xml
-from mtcore.hashing import HASHED_WHEN_SET
-from mtcore.plugin import Pair
-from mtcore.stats import Stats
+from mtcore.api import (
+    HASHED_WHEN_SET,
+    Input,
+    InputPolicy,
+    Pair,
+    Stats,
+    find_member,
+    read_parallel,
+    read_sgm,
+    read_ted,
+    read_tsv,
+    read_wmt_xml,
+)
 
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 MemberLangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]

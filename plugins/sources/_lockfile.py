@@ -17,8 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mtcore.cache import LOCK_ENV, open_lock
-from mtcore.errors import DataError
+from mtcore.api import LOCK_ENV, DataError, open_lock
 
 FORMAT = 1
 

@@ -19,7 +19,7 @@ import json
 import os
 from urllib.parse import urlsplit
 
-from mtcore.errors import DataError
+from mtcore.api import DataError
 
 MIRROR_ENV = "MTCORE_MIRROR"
 REPLICAS_ENV = "MTCORE_MIRROR_REPLICAS"

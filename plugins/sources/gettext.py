@@ -28,9 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints, model_validator
 
-from mtcore.errors import DataError
-from mtcore.plugin import Pair, PluginConfig, Source
-from mtcore.stats import Stats
+from mtcore.api import DataError, Pair, PluginConfig, Source, Stats
 
 log = logging.getLogger("mtcore.sources.gettext")
 

@@ -32,10 +32,16 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints, model_validator
 
-from mtcore.corpus import Input
-from mtcore.errors import DataError
-from mtcore.hashing import HASHED_WHEN_SET, content_hash
-from mtcore.plugin import NOT_IDENTITY, Pair, PluginConfig, Source
+from mtcore.api import (
+    HASHED_WHEN_SET,
+    NOT_IDENTITY,
+    DataError,
+    Input,
+    Pair,
+    PluginConfig,
+    Source,
+    content_hash,
+)
 from mtcore_plugins.sources._layout import (
     FORMAT_FIELD,
     MEMBER_FIELD,

@@ -18,15 +18,25 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from mtcore.components import ComponentSpec, built, component_specs
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import StepError
-from mtcore.plugin import Augmenter, PluginConfig, components
-from mtcore.recipe import check_components
-from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards
-from mtcore.step import Step, StepContext
-from mtcore.textblock import BlockReader, RawBlock
+from mtcore.api import (
+    Augmenter,
+    BlockReader,
+    ComponentSpec,
+    Corpus,
+    CorpusWriter,
+    PluginConfig,
+    RawBlock,
+    Registry,
+    Step,
+    StepContext,
+    StepError,
+    built,
+    check_components,
+    component_specs,
+    components,
+    load_registry,
+    map_shards,
+)
 from mtcore_plugins.steps.normalize import ShardOutput, checked, rewrite_shard
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"

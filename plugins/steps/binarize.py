@@ -22,11 +22,17 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mtcore.corpus import Corpus, batched
-from mtcore.errors import DataError, StepError
-from mtcore.plugin import PluginConfig
-from mtcore.process import run_logged
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.api import (
+    Corpus,
+    DataError,
+    PluginConfig,
+    Step,
+    StepContext,
+    StepError,
+    batched,
+    run_logged,
+    write_artifact_meta,
+)
 from mtcore_plugins.common.spm import load_spm
 
 SPLITS = ("train", "valid")

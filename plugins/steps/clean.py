@@ -14,13 +14,19 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.cleaning import clean_corpus
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.filtering import ENGINE_KEYS, check_chain
-from mtcore.plugin import PluginConfig, components
-from mtcore.recipe import check_components
-from mtcore.registry import Registry
-from mtcore.step import Step, StepContext
+from mtcore.api import (
+    ENGINE_KEYS,
+    Corpus,
+    CorpusWriter,
+    PluginConfig,
+    Registry,
+    Step,
+    StepContext,
+    check_chain,
+    check_components,
+    clean_corpus,
+    components,
+)
 
 
 class CleanConfig(PluginConfig):

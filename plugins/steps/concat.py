@@ -6,10 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig
-from mtcore.step import Step, StepContext
+from mtcore.api import Corpus, CorpusWriter, PluginConfig, Step, StepContext, StepError
 
 
 class ConcatConfig(PluginConfig):

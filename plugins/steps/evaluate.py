@@ -8,13 +8,21 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.corpus import Corpus
-from mtcore.errors import StepError
-from mtcore.metrics import Score, build_metrics, check_lengths
-from mtcore.plugin import Metric, PluginConfig, components
-from mtcore.recipe import check_components
-from mtcore.registry import Registry
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.api import (
+    Corpus,
+    Metric,
+    PluginConfig,
+    Registry,
+    Score,
+    Step,
+    StepContext,
+    StepError,
+    build_metrics,
+    check_components,
+    check_lengths,
+    components,
+    write_artifact_meta,
+)
 
 
 class EvaluateConfig(PluginConfig):

@@ -9,12 +9,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mtcore.components import ComponentSpec, component_specs
-from mtcore.errors import StepError
-from mtcore.plugin import Scorer
-from mtcore.registry import load_registry
-from mtcore.shards import map_shards, worker_memo
-from mtcore.step import StepContext
+from mtcore.api import (
+    ComponentSpec,
+    Scorer,
+    StepContext,
+    StepError,
+    component_specs,
+    load_registry,
+    map_shards,
+    worker_memo,
+)
 from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
 
 STEP_KEYS = ("name", "feature")

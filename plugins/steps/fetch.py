@@ -6,13 +6,23 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.corpus import INNER_BREAKS, Corpus, CorpusWriter, InputPolicy, write_corpus_meta
-from mtcore.errors import DataError
-from mtcore.hashing import drop_unset
-from mtcore.ingest import ingest
-from mtcore.plugin import Pair, PluginConfig, Source, identity_dict
-from mtcore.registry import Registry
-from mtcore.step import Step, StepContext
+from mtcore.api import (
+    INNER_BREAKS,
+    Corpus,
+    CorpusWriter,
+    DataError,
+    InputPolicy,
+    Pair,
+    PluginConfig,
+    Registry,
+    Source,
+    Step,
+    StepContext,
+    drop_unset,
+    identity_dict,
+    ingest,
+    write_corpus_meta,
+)
 
 
 class FetchConfig(PluginConfig):

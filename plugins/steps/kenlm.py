@@ -29,11 +29,16 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
-from mtcore.corpus import Corpus
-from mtcore.errors import StepError
-from mtcore.plugin import NOT_IDENTITY, PluginConfig
-from mtcore.process import run_logged
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.api import (
+    NOT_IDENTITY,
+    Corpus,
+    PluginConfig,
+    Step,
+    StepContext,
+    StepError,
+    run_logged,
+    write_artifact_meta,
+)
 from mtcore_plugins.common.ngram import TOKENIZATION, lm_line, log10_perplexity
 
 BUILD_HINT = "build them with `bash scripts/build_kenlm.sh .venv`"

@@ -25,12 +25,19 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError
-from mtcore.ranking import KeepSpec, ranked_cut
-from mtcore.shards import map_shards, worker_memo
-from mtcore.step import Step, StepContext
-from mtcore.textblock import BlockReader, RawBlock
+from mtcore.api import (
+    BlockReader,
+    Corpus,
+    CorpusWriter,
+    DataError,
+    KeepSpec,
+    RawBlock,
+    Step,
+    StepContext,
+    map_shards,
+    ranked_cut,
+    worker_memo,
+)
 from mtcore_plugins.common.embeddings import EncoderConfig
 
 Task = tuple[dict[str, Any], tuple[str, ...], int, RawBlock]

@@ -23,11 +23,16 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError, StepError
-from mtcore.plugin import PluginConfig
-from mtcore.step import Step, StepContext
-from mtcore.textblock import BlockReader
+from mtcore.api import (
+    BlockReader,
+    Corpus,
+    CorpusWriter,
+    DataError,
+    PluginConfig,
+    Step,
+    StepContext,
+    StepError,
+)
 
 SHARD = 100_000
 MAX_WEIGHT = 1000.0

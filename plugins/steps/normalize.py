@@ -17,16 +17,30 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from mtcore.components import ComponentSpec, built, component_specs
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig, Processor, components
-from mtcore.recipe import check_components
-from mtcore.registry import Registry, load_registry
-from mtcore.shards import map_shards
-from mtcore.step import Step, StepContext
-from mtcore.textblock import BlockReader, RawBlock, lines_of_codes
-from mtcore.textkernels import BAD_CHARS, encode_utf8, first_fault, line_changes
+from mtcore.api import (
+    BAD_CHARS,
+    BlockReader,
+    ComponentSpec,
+    Corpus,
+    CorpusWriter,
+    PluginConfig,
+    Processor,
+    RawBlock,
+    Registry,
+    Step,
+    StepContext,
+    StepError,
+    built,
+    check_components,
+    component_specs,
+    components,
+    encode_utf8,
+    first_fault,
+    line_changes,
+    lines_of_codes,
+    load_registry,
+    map_shards,
+)
 
 STEP_KEYS = ("name", "langs")
 """Keys of a chain entry that belong to the step, not to the processor's settings."""

@@ -26,12 +26,22 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, field_validator
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError, PluginError, StepError
-from mtcore.plugin import Metric, PluginConfig, Tuner, components
-from mtcore.recipe import check_components
-from mtcore.registry import Registry
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.api import (
+    Corpus,
+    CorpusWriter,
+    DataError,
+    Metric,
+    PluginConfig,
+    PluginError,
+    Registry,
+    Step,
+    StepContext,
+    StepError,
+    Tuner,
+    check_components,
+    components,
+    write_artifact_meta,
+)
 from mtcore_plugins.common.nbest import Entry, NBestWriter, open_nbest
 from mtcore_plugins.steps.features import STEP_KEYS, add_features, make_specs
 from mtcore_plugins.steps.translate import worker_threads

@@ -10,14 +10,19 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from mtcore.cleaning import score_corpus
-from mtcore.corpus import Corpus
-from mtcore.errors import PluginError
-from mtcore.filtering import make_specs
-from mtcore.plugin import PluginConfig, components
-from mtcore.recipe import check_components
-from mtcore.registry import Registry
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.api import (
+    Corpus,
+    PluginConfig,
+    PluginError,
+    Registry,
+    Step,
+    StepContext,
+    check_components,
+    components,
+    make_specs,
+    score_corpus,
+    write_artifact_meta,
+)
 
 SCORES_FILE = "scores.tsv"
 

@@ -18,12 +18,18 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError
-from mtcore.plugin import PluginConfig
-from mtcore.ranking import KeepSpec, ranked_cut
-from mtcore.step import Step, StepContext, write_artifact_meta
-from mtcore.textblock import BlockReader
+from mtcore.api import (
+    BlockReader,
+    Corpus,
+    CorpusWriter,
+    DataError,
+    KeepSpec,
+    PluginConfig,
+    Step,
+    StepContext,
+    ranked_cut,
+    write_artifact_meta,
+)
 from mtcore_plugins.steps.score import SCORES_FILE, read_scores
 
 SHARD = 100_000  # pairs per block when writing the kept lines

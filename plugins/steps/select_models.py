@@ -22,14 +22,22 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from mtcore.corpus import Corpus
-from mtcore.errors import DataError
-from mtcore.files import same_file
-from mtcore.metrics import build_metrics
-from mtcore.plugin import NOT_IDENTITY, Metric, PluginConfig, components
-from mtcore.recipe import check_components
-from mtcore.registry import Registry
-from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
+from mtcore.api import (
+    NOT_IDENTITY,
+    Artifact,
+    Corpus,
+    DataError,
+    Metric,
+    PluginConfig,
+    Registry,
+    Step,
+    StepContext,
+    build_metrics,
+    check_components,
+    components,
+    same_file,
+    write_artifact_meta,
+)
 from mtcore_plugins.common.decoding import MODEL_ROLES, DecodeJob, check_model
 
 CANDIDATE_ROLES = ("model", *(f"model{i}" for i in range(2, 17)))

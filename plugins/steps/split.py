@@ -8,11 +8,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError
-from mtcore.plugin import PluginConfig
-from mtcore.step import Step, StepContext
-from mtcore.textblock import BlockReader
+from mtcore.api import BlockReader, Corpus, CorpusWriter, DataError, PluginConfig, Step, StepContext
 
 BLOCK_LINES = 100_000
 

@@ -20,10 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from mtcore.corpus import Corpus
-from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.api import Corpus, PluginConfig, Step, StepContext, StepError, write_artifact_meta
 from mtcore_plugins.steps.mix import role_rng, round_half_up
 
 

@@ -21,11 +21,16 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError
-from mtcore.plugin import PluginConfig
-from mtcore.step import Step, StepContext
-from mtcore.textblock import BlockReader, RawBlock
+from mtcore.api import (
+    BlockReader,
+    Corpus,
+    CorpusWriter,
+    DataError,
+    PluginConfig,
+    RawBlock,
+    Step,
+    StepContext,
+)
 from mtcore_plugins.common.tags import TOKEN_PATTERN, prepend
 from mtcore_plugins.steps.normalize import encode
 

@@ -34,13 +34,20 @@ import numpy as np
 import regex
 from pydantic import Field, model_validator
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError
-from mtcore.plugin import PluginConfig
-from mtcore.ranking import KeepSpec, ranked_cut
-from mtcore.shards import map_shards, worker_memo
-from mtcore.step import Step, StepContext
-from mtcore.textblock import BlockReader, RawBlock
+from mtcore.api import (
+    BlockReader,
+    Corpus,
+    CorpusWriter,
+    DataError,
+    KeepSpec,
+    PluginConfig,
+    RawBlock,
+    Step,
+    StepContext,
+    map_shards,
+    ranked_cut,
+    worker_memo,
+)
 from mtcore_plugins.steps.select import write_scores
 
 WORD = regex.compile(r"[\p{L}\p{M}\p{N}_]+")

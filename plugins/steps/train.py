@@ -16,10 +16,18 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mtcore.errors import DataError, StepError
-from mtcore.process import run_logged, tail
-from mtcore.resources import Resources
-from mtcore.step import Artifact, Step, StepContext, thread_count, write_artifact_meta
+from mtcore.api import (
+    Artifact,
+    DataError,
+    Resources,
+    Step,
+    StepContext,
+    StepError,
+    run_logged,
+    tail,
+    thread_count,
+    write_artifact_meta,
+)
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.plugin import PluginConfig
+from mtcore.api import PluginConfig
 
 CRITERION_KEY = re.compile(r"[a-z][a-z0-9_]*$")
 # Settings the step owns; giving them again through criterion_args would pass them twice.

@@ -20,11 +20,16 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from mtcore.corpus import Corpus, batched
-from mtcore.errors import DataError
-from mtcore.plugin import PluginConfig
-from mtcore.process import run_logged
-from mtcore.step import Step, StepContext, write_artifact_meta
+from mtcore.api import (
+    Corpus,
+    DataError,
+    PluginConfig,
+    Step,
+    StepContext,
+    batched,
+    run_logged,
+    write_artifact_meta,
+)
 from mtcore_plugins.common.spm import load_spm
 from mtcore_plugins.steps.train import live_line, parse_train_log, training_done
 

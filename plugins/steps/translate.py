@@ -22,12 +22,22 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError, StepError
-from mtcore.plugin import NOT_IDENTITY, Executor, PluginConfig
-from mtcore.shards import map_shards, worker_forget, worker_memo
-from mtcore.stats import Stats
-from mtcore.step import Artifact, Step, StepContext
+from mtcore.api import (
+    NOT_IDENTITY,
+    Artifact,
+    Corpus,
+    CorpusWriter,
+    DataError,
+    Executor,
+    PluginConfig,
+    Stats,
+    Step,
+    StepContext,
+    StepError,
+    map_shards,
+    worker_forget,
+    worker_memo,
+)
 from mtcore_plugins.common.ct2_decoding import Ct2Translator
 from mtcore_plugins.common.decoding import (
     MODEL_ROLES,

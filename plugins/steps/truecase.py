@@ -21,12 +21,20 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from mtcore.corpus import Corpus
-from mtcore.errors import DataError, StepError
-from mtcore.plugin import PluginConfig
-from mtcore.shards import map_shards, worker_memo
-from mtcore.step import Artifact, Step, StepContext, write_artifact_meta
-from mtcore.textblock import BlockReader, RawBlock
+from mtcore.api import (
+    Artifact,
+    BlockReader,
+    Corpus,
+    DataError,
+    PluginConfig,
+    RawBlock,
+    Step,
+    StepContext,
+    StepError,
+    map_shards,
+    worker_memo,
+    write_artifact_meta,
+)
 from mtcore_plugins.common.truecasing import CASELESS, words
 from mtcore_plugins.steps.normalize import ShardOutput, rewrite_corpus, rewrite_shard
 

@@ -13,9 +13,7 @@ import numba
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import Metric, NBest, PluginConfig
-from mtcore.registry import load_registry
+from mtcore.api import Metric, NBest, PluginConfig, PluginError, load_registry
 
 Tokenize = Literal["auto", "13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"]
 

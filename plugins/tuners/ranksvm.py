@@ -17,8 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import Field
 
-from mtcore.errors import PluginError
-from mtcore.plugin import NBest, Tuner
+from mtcore.api import NBest, PluginError, Tuner
 from mtcore_plugins.tuners._problem import Problem, TunerConfig, as_weights, make_problem
 
 

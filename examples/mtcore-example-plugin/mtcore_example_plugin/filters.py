@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from mtcore.plugin import Filter, Pair, PluginConfig
+from mtcore.api import Filter, Pair, PluginConfig
 
 
 class NumberMismatchConfig(PluginConfig):

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from mtcore.hooks import hookimpl
+from mtcore.api import hookimpl
 
 
 @hookimpl
