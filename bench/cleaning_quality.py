@@ -39,8 +39,15 @@ from _cleaning_chains import (
     run_chain,
     stages,
 )
-from _cleaning_data import DEFECTS, DefectContext, Labeled, build, human_pairs, monolingual
-from _cleaning_data import third_language as third
+from _cleaning_data import (
+    DEFECTS,
+    DefectContext,
+    Labeled,
+    build,
+    human_pairs,
+    monolingual,
+    third_language as third,
+)
 
 NOTE_WIDTH = 28
 
@@ -84,8 +91,7 @@ def rates(mask: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
 
 
 def run_one(spec: ChainSpec, labeled: Labeled, work: Path, args: Any, env: Env) -> Result:
-    from _cleaning_opus import plan
-    from _cleaning_opus import run as run_opus
+    from _cleaning_opus import plan, run as run_opus
 
     chain, notes = stages(spec, env.registry)
     print(f"\n== {spec.title}", flush=True)
