@@ -54,6 +54,60 @@ def test_plugin_installed_after_the_first_lookup_is_found(site: Path) -> None:
     assert registry.load("filters", "late_filter").__module__ == "late_plugins"
 
 
+STEVEDORE_RUN = """
+import json, sys
+from pathlib import Path
+from stevedore import driver, exception
+from mtcore.registry import load_registry
+
+site = Path(sys.argv[1])
+found = {"first": driver.DriverManager("mtcore.filters", "length").driver.name}
+info = site / "late_plugins-0.1.dist-info"  # pip installs a package into a folder on the path
+info.mkdir()
+(info / "METADATA").write_text("Metadata-Version: 2.1\\nName: late-plugins\\nVersion: 0.1\\n")
+(info / "entry_points.txt").write_text("[mtcore.filters]\\nlate_filter = late_plugins:Late\\n")
+(site / "late_plugins.py").write_text(sys.argv[2])
+try:
+    found["stevedore"] = driver.DriverManager("mtcore.filters", "late_filter").driver.name
+except exception.NoMatches as exc:
+    found["stevedore"] = f"NoMatches: {exc}"
+found["mtcore"] = load_registry().load("filters", "late_filter").name
+print(json.dumps(found))
+"""
+
+
+def test_stevedore_misses_a_plugin_installed_after_its_first_lookup(tmp_path: Path) -> None:
+    """Issue 49 point 6: why the registry reads entry points itself instead of through
+    stevedore's managers. stevedore caches a group's entry points for the life of the process
+    (``ExtensionManager.ENTRY_POINT_CACHE``, and ``_cache.Cache`` keyed by ``sys.path``), so a
+    plugin pip-installed into a folder already on the path after the first lookup (a notebook
+    session, a long-lived driver) stays unknown to its ``DriverManager``; mtcore's registry
+    finds it. Should stevedore ever see it, this fails and the registry can move to it."""
+    import json
+    import os
+    import subprocess
+
+    pytest.importorskip("stevedore")
+    site = tmp_path / "site"
+    site.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),  # stevedore's on-disk cache, kept here
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", STEVEDORE_RUN, str(site), textwrap.dedent(MODULE)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["first"] == "length"
+    assert found["stevedore"].startswith("NoMatches"), found
+    assert found["mtcore"] == "late_filter"
+
+
 def test_plugins_that_fail_to_load_are_named(site: Path) -> None:
     entry_points = (
         "[mtcore.filters]\n"
