@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -12,10 +13,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mtcore.corpus import CorpusWriter
+from mtcore.corpus import Corpus, CorpusWriter
 from mtcore.errors import DataError, StepError
 from mtcore.registry import load_registry
 from mtcore.step import Artifact, StepContext
@@ -142,6 +144,48 @@ def test_spm_is_deterministic_and_joint(corpora: dict[str, Path], tmp_path: Path
     assert len(vocab) == 1500 and vocab[0].split("\t")[0] == "<unk>"
     for text in ("i 'm in the tennis club .", "私 は テニス 部員 で す 。"):  # both scripts covered
         assert processor.unk_id() not in processor.encode(text)
+
+
+def test_spm_training_leaves_the_process_stderr_alone(
+    corpora: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SentencePiece's ``logstream`` swaps fd 2 for its log while it trains and closes and
+    restores it after: in the driver, where other steps run in threads, another step's log
+    opened in that gap became fd 2 (a KenLM step then failed on ``Illegal seek`` and the run's
+    stderr was closed: ``make nt5`` ended with status 1 and no message). The step trains in a
+    process of its own: this process's trainer is never called and its fd 2 is the same file
+    after; the model is the one spm trains in-process on the same sentences and seed."""
+    import sentencepiece as spm
+
+    calls = []
+    train = spm.SentencePieceTrainer.Train
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("logstream"))
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(spm.SentencePieceTrainer, "Train", spy)
+    before = os.fstat(2)
+    step = SentencePieceStep.from_dict({"vocab_size": 1000, "seed": 3})
+    step.run(make_ctx(tmp_path / "w", "spm", corpus=corpora["train"]))
+    after = os.fstat(2)
+    assert calls == [] and (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+    # the same training in this process, as the step did before
+    corpus = Corpus.open(corpora["train"])
+    lines = [
+        line.rstrip("\n")
+        for path in corpus.files()
+        for line in path.open(encoding="utf-8", newline="\n")
+        if line.strip()
+    ]
+    buffer = io.BytesIO()
+    spm.set_random_generator_seed(3)
+    with open(tmp_path / "inline.log", "w") as log:
+        spm.SentencePieceTrainer.Train(
+            sentence_iterator=iter(lines), model_writer=buffer, logstream=log,
+            **step._trainer_options(),
+        )  # fmt: skip
+    assert (tmp_path / "w/model/spm.model").read_bytes() == buffer.getvalue()
 
 
 def test_spm_user_defined_symbols_stay_one_piece(corpora: dict[str, Path], tmp_path: Path):
@@ -466,6 +510,7 @@ def test_tiny_model_trains_and_loss_goes_down(trained) -> None:
 CHILD = """
 import json, sys
 from pathlib import Path
+from typing import Any
 sys.path.insert(0, sys.argv[4])
 from test_fairseq_steps import make_ctx
 from mtcore_plugins.steps.train import TrainStep
@@ -588,6 +633,7 @@ def test_translate_keeps_input_order(
 RELOAD = """
 import sys
 from pathlib import Path
+from typing import Any
 import torch, pickle
 checkpoint = Path(sys.argv[1])
 try:

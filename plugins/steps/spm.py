@@ -13,14 +13,24 @@ repeated whole, and the rest of a quota is chosen by seeded selection sampling, 
 from __future__ import annotations
 
 import io
+import multiprocessing
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from mtcore.api import Corpus, PluginConfig, Step, StepContext, StepError, write_artifact_meta
+from mtcore.api import (
+    Corpus,
+    PluginConfig,
+    Step,
+    StepContext,
+    StepError,
+    die_with_parent,
+    write_artifact_meta,
+)
 from mtcore_plugins.steps.mix import role_rng, round_half_up
 
 
@@ -104,7 +114,7 @@ class SentencePieceStep(Step):
         corpora = {role: Corpus.open(artifact.path) for role, artifact in ctx.inputs.items()}
         files = self._files(corpora)
         out = ctx.output("model")
-        model = self._train(spm, self._sentences(files, ctx), ctx)
+        model = self._train(self._sentences(files, ctx), ctx)
         (out / "spm.model").write_bytes(model)
         processor = spm.SentencePieceProcessor(model_proto=model)
         write_vocab(processor, out / "spm.vocab")
@@ -120,27 +130,30 @@ class SentencePieceStep(Step):
             temperature=self.config.temperature,
         )
 
-    def _train(self, spm: Any, sentences: Iterator[str], ctx: StepContext) -> bytes:
+    def _train(self, sentences: Iterator[str], ctx: StepContext) -> bytes:
         """The serialized model. Written through ``model_writer`` rather than ``model_prefix``,
-        which spm would record inside the model and so make it depend on the work path."""
-        buffer = io.BytesIO()
+        which spm would record inside the model and so make it depend on the work path. The
+        sentences are written to a scratch file here (counting them) and the training runs in a
+        process of its own (:func:`train_in_child`)."""
+        text = ctx.scratch("spm") / "sentences.txt"
+        with open(text, "w", encoding="utf-8", newline="\n") as handle:
+            for line in sentences:
+                handle.write(line + "\n")
         log_file = ctx.scratch("spm") / "train.log"
-        spm.set_random_generator_seed(self.config.seed)
+        options = self._trainer_options()
+        spawn = multiprocessing.get_context("spawn")  # the driver runs other steps in threads
         try:
-            with open(log_file, "w") as log:
-                spm.SentencePieceTrainer.Train(
-                    sentence_iterator=sentences,
-                    model_writer=buffer,
-                    logstream=log,
-                    **self._trainer_options(),
+            with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                job = pool.submit(
+                    train_in_child, str(text), str(log_file), self.config.seed, options
                 )
+                return job.result()
         except RuntimeError as exc:
             raise StepError(
                 f"{ctx.step_id}: SentencePiece training failed: {exc}. A small corpus may need a "
                 f"smaller vocab_size (now {self.config.vocab_size}) or a lower "
                 f"character_coverage.\n{_tail(log_file)}"
             ) from exc
-        return buffer.getvalue()
 
     def _files(self, corpora: dict[str, Corpus]) -> dict[str, list[Path]]:
         """Language -> the text files holding it, in input order."""
@@ -214,6 +227,31 @@ def temperature_quotas(counts: dict[str, int], temperature: float, limit: int) -
         lang: round_half_up(Fraction(size) * Fraction(weights[lang] / norm)) if n else 0
         for lang, n in counts.items()
     }
+
+
+def train_in_child(sentences: str, log_file: str, seed: int, options: dict[str, Any]) -> bytes:
+    """SentencePiece training over the lines of ``sentences``, in a process of its own. Its
+    ``logstream`` swaps the process's file descriptor 2 for the log while it trains, then closes
+    fd 2 and restores it: in the driver, where other steps run in threads, that sent every
+    thread's stderr into this log meanwhile, and handed fd 2 to whatever file another thread
+    opened in the gap (a KenLM step's log then received the run's stderr, failed on a seek with
+    ``Illegal seek``, and closed the run's stderr: the run ended with status 1 and no message)."""
+    import sentencepiece as spm
+
+    die_with_parent()
+    spm.set_random_generator_seed(seed)
+    buffer = io.BytesIO()
+
+    def lines() -> Iterator[str]:
+        with open(sentences, encoding="utf-8", newline="\n") as handle:
+            for line in handle:
+                yield line.removesuffix("\n")
+
+    with open(log_file, "w") as log:
+        spm.SentencePieceTrainer.Train(
+            sentence_iterator=lines(), model_writer=buffer, logstream=log, **options
+        )
+    return buffer.getvalue()
 
 
 def _nonempty(paths: list[Path]) -> Iterator[str]:
