@@ -102,10 +102,8 @@ if TYPE_CHECKING:
         read_wmt_xml as read_wmt_xml,
     )
     from mtcore.hashing import (
-        HASHED_WHEN_SET as HASHED_WHEN_SET,
         cache_home as cache_home,
         content_hash as content_hash,
-        drop_unset as drop_unset,
         hash_file as hash_file,
         hash_json as hash_json,
     )
@@ -127,8 +125,10 @@ if TYPE_CHECKING:
         read_segments as read_segments,
     )
     from mtcore.plugin import (
+        HASHED_WHEN_SET as HASHED_WHEN_SET,
         NOT_IDENTITY as NOT_IDENTITY,
         Augmenter as Augmenter,
+        ComponentField as ComponentField,
         Executor as Executor,
         Filter as Filter,
         Metric as Metric,
@@ -140,8 +140,12 @@ if TYPE_CHECKING:
         Scorer as Scorer,
         Source as Source,
         Tuner as Tuner,
+        check_components as check_components,
+        component_fields as component_fields,
         components as components,
+        entry_name as entry_name,
         identity_dict as identity_dict,
+        ignored_when as ignored_when,
     )
     from mtcore.process import (
         PARENT_ENV as PARENT_ENV,
@@ -153,9 +157,6 @@ if TYPE_CHECKING:
     from mtcore.ranking import (
         KeepSpec as KeepSpec,
         ranked_cut as ranked_cut,
-    )
-    from mtcore.recipe import (
-        check_components as check_components,
     )
     from mtcore.registry import (
         Registry as Registry,
@@ -173,6 +174,11 @@ if TYPE_CHECKING:
         Ended as Ended,
         Job as Job,
         Scheduler as Scheduler,
+    )
+    from mtcore.selection import (
+        Budget as Budget,
+        Selector as Selector,
+        select_pool as select_pool,
     )
     from mtcore.shards import (
         map_shards as map_shards,

@@ -1,5 +1,5 @@
 """Component chains: the one spec type of every chain a step runs (filters, processors,
-augmenters, rerank scorers).
+augmenters, rerank scorers) and of a step's one selector.
 
 A recipe writes a chain as a list of entries, each a plugin name or a mapping with ``name``,
 the plugin's settings, and keys that belong to the step or engine running the chain (a
@@ -19,6 +19,7 @@ from typing import Any
 from mtcore.errors import PluginError
 from mtcore.plugin import Augmenter, Filter, Plugin, Processor, Scorer
 from mtcore.registry import SINGULAR, Registry
+from mtcore.selection import Selector
 from mtcore.shards import worker_memo
 
 CONTRACTS: dict[str, type[Plugin]] = {
@@ -26,6 +27,7 @@ CONTRACTS: dict[str, type[Plugin]] = {
     "processors": Processor,
     "augmenters": Augmenter,
     "scorers": Scorer,
+    "selectors": Selector,
 }
 
 

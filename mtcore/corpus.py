@@ -19,8 +19,7 @@ from pydantic import Field
 
 from mtcore.archives import CORRUPT, Member, open_compressed
 from mtcore.errors import DataError
-from mtcore.hashing import HASHED_WHEN_SET
-from mtcore.plugin import Pair, PluginConfig
+from mtcore.plugin import HASHED_WHEN_SET, Pair, PluginConfig
 from mtcore.stats import Stats
 from mtcore.step import write_artifact_meta
 

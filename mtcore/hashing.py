@@ -9,23 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 CHUNK = 1 << 20
-# A setting added after recipes were cached: left out of a step's identity while it has its
-# default, so that the steps of recipes that do not use it keep their hashes (drop_unset).
-HASHED_WHEN_SET: dict[str, Any] = {"hashed_when_set": True}
-
-
-def drop_unset(identity: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
-    """``identity`` (a config as hashed) less the ``HASHED_WHEN_SET`` fields at their default."""
-    out = dict(identity)
-    for name, field in model.model_fields.items():
-        extra = field.json_schema_extra
-        marked = isinstance(extra, dict) and extra.get("hashed_when_set") is True
-        if marked and name in out and out[name] == field.default:
-            del out[name]
-    return out
 
 
 def hash_json(value: Any) -> str:

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.config import JsonDict
 
 from mtcore.errors import PluginError
@@ -324,11 +325,134 @@ NOT_IDENTITY: JsonDict = {"identity": False}
 output (a cache directory, a timeout, a thread count): it is left out of the step's hash."""
 
 
-def components(kind: str) -> JsonDict:
+def components(kind: str, reserved: tuple[str, ...] = ()) -> JsonDict:
     """``Field(..., json_schema_extra=components("filters"))`` marks a setting that lists
     component plugins of ``kind`` (each a name, or a mapping with ``name`` and the plugin's
-    settings): the step's hash leaves out what each plugin's ``Config`` marks ``NOT_IDENTITY``."""
-    return {"components": kind}
+    settings), or holds one such entry (a rerank step's ``tuner``). This one declaration is what
+    the step's hash (the plugin's settings less what its ``Config`` marks ``NOT_IDENTITY``),
+    its validation (:meth:`mtcore.step.Step.check`) and its recorded plugin versions
+    (:meth:`mtcore.step.Step.plugins_used`) read. ``reserved`` keys of an entry belong to the
+    step or engine running it (a filter's ``keep``, a processor's ``langs``), not to the plugin.
+    """
+    return {"components": kind, "reserved": list(reserved)}
+
+
+@dataclass(frozen=True)
+class ComponentField:
+    """One setting of a config marked :func:`components`, as set."""
+
+    field: str
+    kind: str
+    reserved: tuple[str, ...]
+    entries: tuple[Any, ...]
+    listed: bool  # a list of entries (locations ``field.i``), else one entry (``field``)
+
+
+def component_fields(config: BaseModel) -> list[ComponentField]:
+    """The settings of ``config`` marked :func:`components`, in declaration order; one left
+    unset (None) names no plugin."""
+    found = []
+    for name, field in type(config).model_fields.items():
+        extra = field.json_schema_extra
+        kind = extra.get("components") if isinstance(extra, dict) else None
+        value = getattr(config, name)
+        if not isinstance(kind, str) or value is None:
+            continue
+        listed = isinstance(value, list | tuple)
+        entries = tuple(value) if listed else (value,)
+        marked = extra.get("reserved") if isinstance(extra, dict) else None
+        reserved = tuple(str(k) for k in marked) if isinstance(marked, list) else ()
+        found.append(ComponentField(name, kind, reserved, entries, listed))
+    return found
+
+
+def entry_name(entry: Any) -> str | None:
+    """The plugin name of a component entry (a name, or a mapping with ``name``)."""
+    if isinstance(entry, str):
+        return entry
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return None if name is None else str(name)
+
+
+def pydantic_problems(
+    exc: ValidationError, prefix: str = "", strip_prefix: tuple[str, ...] = ()
+) -> list[str]:
+    """``steps.clean.filters.1.max_ratio: Input should be greater than 1``."""
+    out = []
+    for err in exc.errors():
+        parts = [str(p) for p in err["loc"]]
+        if parts and parts[0] in strip_prefix:
+            parts = parts[1:]
+        where = ".".join(p for p in ([prefix] if prefix else []) + parts)
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown setting"
+        out.append(f"{where}: {message}" if where else message)
+    return out
+
+
+def check_components(
+    registry: Any,
+    kind: str,
+    entries: Sequence[Any],
+    field: str,
+    reserved: tuple[str, ...] = (),
+) -> list[tuple[str, str]]:
+    """Problems of a step setting that lists component plugins, each entry a name or
+    ``{name: ..., <settings>}``; locations are relative to the step (``filters.1.max_ratio``).
+    ``reserved`` keys of an entry belong to the step (a filter's ``keep``, a processor's
+    ``langs``) and are not the plugin's settings."""
+    problems: list[tuple[str, str]] = []
+    for i, entry in enumerate(entries):
+        name = entry_name(entry)
+        if name is None:
+            problems.append((f"{field}.{i}.name", f"Field required (a {kind[:-1]} plugin name)"))
+            continue
+        try:
+            cls = registry.load(kind, name)
+        except PluginError as exc:
+            problems.append((f"{field}.{i}.name", str(exc)))
+            continue
+        skip = ("name", *reserved)
+        settings = (
+            {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k not in skip}
+        )
+        try:
+            cls.Config.model_validate(settings)
+        except ValidationError as exc:
+            for problem in pydantic_problems(exc, f"{field}.{i}"):
+                where, _, message = problem.partition(": ")
+                problems.append((where, message))
+    return problems
+
+
+def check_component_fields(
+    fields: Sequence[ComponentField], registry: Any
+) -> list[tuple[str, str]]:
+    """:func:`check_components` over each of ``fields``; one entry's problems are located at
+    the field itself (``tuner.method``, not ``tuner.0.method``)."""
+    problems = []
+    for found in fields:
+        for where, message in check_components(
+            registry, found.kind, found.entries, found.field, found.reserved
+        ):
+            if not found.listed and where.startswith(f"{found.field}.0"):
+                where = found.field + where[len(found.field) + 2 :]
+            problems.append((where, message))
+    return problems
+
+
+HASHED_WHEN_SET: JsonDict = {"hashed_when_set": True}
+"""``Field(..., json_schema_extra=HASHED_WHEN_SET)`` marks a setting added after recipes were
+cached: left out of the step's hash while it has its default, so that the steps of recipes that
+do not use it keep their hashes (and their cached outputs)."""
+
+
+def ignored_when(**settings: Any) -> JsonDict:
+    """``Field(..., json_schema_extra=ignored_when(backend="fairseq"))`` marks a setting the
+    output ignores while the config's other settings have these values (CTranslate2's compute
+    type under the fairseq backend): it is then left out of the step's hash."""
+    return {"ignored_when": settings}
 
 
 def _hashed(field: Any) -> bool:
@@ -336,13 +460,28 @@ def _hashed(field: Any) -> bool:
     return not (isinstance(extra, dict) and extra.get("identity") is False)
 
 
+def _left_out(config: BaseModel, field: Any, dumped: Any) -> bool:
+    """Whether a setting stays out of the hash: marked ``NOT_IDENTITY``, ``HASHED_WHEN_SET`` at
+    its default, or ``ignored_when`` its condition holds."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if extra.get("identity") is False:
+        return True
+    if extra.get("hashed_when_set") is True and dumped == field.default:
+        return True
+    condition = extra.get("ignored_when")
+    return isinstance(condition, dict) and all(
+        getattr(config, key) == value for key, value in condition.items()
+    )
+
+
 def identity_dict(config: BaseModel, registry: Any = None) -> dict[str, Any]:
-    """The config as JSON values, without the fields marked ``NOT_IDENTITY``, at every depth:
-    nested models and, given the ``registry``, the settings of component lists."""
+    """The config as JSON values, at every depth (nested models and, given the ``registry``,
+    the settings of components, lists or one), less what the markers leave out of a hash:
+    ``NOT_IDENTITY``, ``HASHED_WHEN_SET`` at its default, ``ignored_when``."""
     out: dict[str, Any] = {}
     dumped = config.model_dump(mode="json")
     for name, field in type(config).model_fields.items():
-        if not _hashed(field):
+        if _left_out(config, field, dumped[name]):
             continue
         value = getattr(config, name)
         extra = field.json_schema_extra
@@ -351,6 +490,8 @@ def identity_dict(config: BaseModel, registry: Any = None) -> dict[str, Any]:
             out[name] = identity_dict(value, registry)
         elif registry is not None and isinstance(kind, str) and isinstance(dumped[name], list):
             out[name] = [component_identity(registry, kind, entry) for entry in dumped[name]]
+        elif registry is not None and isinstance(kind, str) and isinstance(dumped[name], dict):
+            out[name] = component_identity(registry, kind, dumped[name])
         else:
             out[name] = dumped[name]
     return out

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from mtcore.errors import PluginError, RecipeError
 from mtcore.overrides import resolve_document, safe_yaml
-from mtcore.plugin import Plugin, PluginConfig
+from mtcore.plugin import Plugin, PluginConfig, pydantic_problems
 from mtcore.recipe_graph import (
     check_cycles,
     check_references,
@@ -351,61 +351,3 @@ def _make(
     except ValidationError as exc:
         problems.extend(pydantic_problems(exc, loc, strip_prefix))
         return None
-
-
-def pydantic_problems(
-    exc: ValidationError, prefix: str = "", strip_prefix: tuple[str, ...] = ()
-) -> list[str]:
-    """``steps.clean.filters.1.max_ratio: Input should be greater than 1``."""
-    out = []
-    for err in exc.errors():
-        parts = [str(p) for p in err["loc"]]
-        if parts and parts[0] in strip_prefix:
-            parts = parts[1:]
-        where = ".".join(p for p in ([prefix] if prefix else []) + parts)
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown setting"
-        out.append(f"{where}: {message}" if where else message)
-    return out
-
-
-def check_components(
-    registry: Registry,
-    kind: str,
-    entries: list[Any],
-    field: str,
-    reserved: tuple[str, ...] = (),
-) -> list[tuple[str, str]]:
-    """Problems of a step setting that lists component plugins, each entry a name or
-    ``{name: ..., <settings>}``; locations are relative to the step (``filters.1.max_ratio``).
-    ``reserved`` keys of an entry belong to the step (a filter's ``keep``, a processor's
-    ``langs``) and are not the plugin's settings."""
-    problems: list[tuple[str, str]] = []
-    for i, entry in enumerate(entries):
-        name = (
-            entry
-            if isinstance(entry, str)
-            else entry.get("name")
-            if isinstance(entry, dict)
-            else None
-        )
-        if name is None:
-            problems.append((f"{field}.{i}.name", f"Field required (a {kind[:-1]} plugin name)"))
-            continue
-        try:
-            cls = registry.load(kind, str(name))
-        except PluginError as exc:
-            problems.append((f"{field}.{i}.name", str(exc)))
-            continue
-        skip = ("name", *reserved)
-        settings = (
-            {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k not in skip}
-        )
-        try:
-            cls.Config.model_validate(settings)
-        except ValidationError as exc:
-            for problem in pydantic_problems(exc, f"{field}.{i}"):
-                where, _, message = problem.partition(": ")
-                problems.append((where, message))
-    return problems

@@ -5,7 +5,8 @@ Listing reads entry-point metadata only, so ``mtcore plugins`` never imports a p
 found (stevedore's driver pattern: a short user-visible name inside an internal namespace).
 stevedore itself is not used to load: it caches each group's entry points for the life of the
 process, so a plugin installed after the first lookup (``pip install`` from a running notebook,
-a test adding a folder to ``sys.path``) would be listed by :func:`load_registry` yet not found.
+a test adding a folder to ``sys.path``) would be listed by :func:`load_registry` yet not found
+(``tests/test_registry.py`` shows stevedore 5.5's ``DriverManager`` missing such a plugin).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ KINDS: tuple[str, ...] = (
     "sources",
     "filters",
     "processors",
+    "selectors",
     "augmenters",
     "models",
     "scorers",

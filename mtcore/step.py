@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from mtcore.plugin import Executor, Plugin, PluginConfig, identity_dict
+from mtcore.plugin import (
+    ComponentField,
+    Executor,
+    Plugin,
+    PluginConfig,
+    check_component_fields,
+    component_fields,
+    entry_name,
+    identity_dict,
+)
 from mtcore.resources import Resources
 from mtcore.stats import Stats
 
@@ -121,13 +130,33 @@ class Step(Plugin):
     that lead from a test set to a stage's output through these roles on new text; every other
     input is a finished artifact of the run (a model, a vocabulary, tuned weights)."""
 
+    def components_used(self) -> list[ComponentField]:
+        """The config's settings marked :func:`~mtcore.plugin.components` that these settings
+        use: all of them, unless :meth:`unused_components` names some."""
+        unused = self.unused_components()
+        return [f for f in component_fields(self.config) if f.field not in unused]
+
+    def unused_components(self) -> set[str]:
+        """Component settings these settings leave unused (a rerank step given fixed weights
+        fits no tuner): neither checked nor recorded. None by default."""
+        return set()
+
     def check(self, registry: Registry) -> list[tuple[str, str]]:
-        """Validate nested plugin references in the config; returns (location, message) pairs."""
-        return []
+        """Problems of the config's plugin references, as (location, message) pairs: by
+        default those of its component settings; a step with checks of its own adds them to
+        ``super().check(registry)``."""
+        return check_component_fields(self.components_used(), registry)
 
     def plugins_used(self) -> list[tuple[str, str]]:
-        """(kind, name) of every component plugin this step calls, for the step's hash."""
-        return []
+        """(kind, name) of every component plugin this step calls, whose versions enter the
+        step's hash: by default those its component settings name; a step that calls others
+        (a source, model plugins named elsewhere) adds them."""
+        return [
+            (found.kind, name)
+            for found in self.components_used()
+            for name in map(entry_name, found.entries)
+            if name is not None
+        ]
 
     def identity(self, registry: Registry) -> dict[str, Any]:
         """The settings that define the output, for the step's hash."""

@@ -267,6 +267,40 @@ def test_settings_marked_not_identity_leave_the_hash_alone(registry):
     assert make_plan(build_recipe(doc, registry), registry)[0].hash != first
 
 
+def test_hash_markers_are_honoured_by_identity_dict_alone():
+    """Issue 49 point 3: ``HASHED_WHEN_SET`` (a later setting, hashed only once set) and
+    ``ignored_when`` (a setting the output ignores under another's value) are read by
+    ``identity_dict`` at every depth; no step pops keys by hand."""
+    from pydantic import Field
+
+    from mtcore.plugin import (
+        HASHED_WHEN_SET,
+        NOT_IDENTITY,
+        PluginConfig,
+        identity_dict,
+        ignored_when,
+    )
+
+    class Inner(PluginConfig):
+        late: int | None = Field(None, json_schema_extra=HASHED_WHEN_SET)
+        kept: int = 1
+
+    class Outer(PluginConfig):
+        backend: str = Field("a", json_schema_extra=HASHED_WHEN_SET)
+        precision: str = Field("fp32", json_schema_extra=ignored_when(backend="a"))
+        cache: str = Field("/tmp", json_schema_extra=NOT_IDENTITY)
+        inner: Inner = Field(default_factory=Inner)
+
+    assert identity_dict(Outer()) == {"inner": {"kept": 1}}
+    assert identity_dict(Outer(precision="int8")) == {"inner": {"kept": 1}}
+    assert identity_dict(Outer(backend="b")) == {
+        "backend": "b",
+        "precision": "fp32",
+        "inner": {"kept": 1},
+    }
+    assert identity_dict(Outer(inner=Inner(late=3)))["inner"] == {"late": 3, "kept": 1}
+
+
 def test_started_processes_wait_passively_unless_told_otherwise(tmp_path, monkeypatch):
     """OpenMP's spinning wait collapses on an oversubscribed machine: processes a step starts
     get OMP_WAIT_POLICY=PASSIVE, and a value the user set is kept."""

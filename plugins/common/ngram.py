@@ -1,8 +1,10 @@
-"""KenLM glue shared by the kenlm step, the lm and moore_lewis filters and the ngram_lm scorer:
-the text KenLM sees, loading a model once per process, perplexity."""
+"""KenLM glue shared by the kenlm step, the lm and moore_lewis filters, the moore_lewis selector
+and the ngram_lm scorer: the text KenLM sees, a kenlm step's output, loading a model once per
+process, perplexity."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +52,21 @@ def load_model(path: Path) -> Any:
         return kenlm.Model(key)
 
     return worker_memo(("kenlm", key), build)
+
+
+def kenlm_meta(folder: Path, role: str, plugin: str = "filter 'lm'") -> dict[str, Any]:
+    """The ``artifact.json`` of a kenlm step's output connected to ``role``; a clear error
+    naming ``plugin`` when it is not one, or when its text was tokenized otherwise."""
+    meta_file = folder / "artifact.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if meta.get("type") != "kenlm":
+        raise PluginError(
+            f"{plugin}: {folder} is not the output of a kenlm step (artifact type "
+            f"{meta.get('type')!r}); connect the role {role!r} to a kenlm step"
+        )
+    if meta.get("tokenization") != TOKENIZATION:
+        raise PluginError(
+            f"{plugin}: {meta_file} was trained on {meta.get('tokenization')!r} tokens, "
+            f"queries are {TOKENIZATION!r} tokens; rerun the kenlm step"
+        )
+    return meta

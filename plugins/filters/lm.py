@@ -35,7 +35,6 @@ Text is tokenized exactly as the ``kenlm`` step tokenized its training text
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,7 +44,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from mtcore.api import Filter, Pair, PluginConfig, PluginError
-from mtcore_plugins.common.ngram import load_model
+from mtcore_plugins.common.ngram import kenlm_meta, load_model
 
 
 def base_lang(lang: str) -> str:
@@ -133,21 +132,7 @@ class LanguageModelFilter(Filter):
 
     @staticmethod
     def _meta(folder: Path, role: str) -> dict[str, Any]:
-        from mtcore_plugins.common.ngram import TOKENIZATION
-
-        meta_file = folder / "artifact.json"
-        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
-        if meta.get("type") != "kenlm":
-            raise PluginError(
-                f"filter 'lm': {folder} is not the output of a kenlm step (artifact type "
-                f"{meta.get('type')!r}); connect the role {role!r} to a kenlm step"
-            )
-        if meta.get("tokenization") != TOKENIZATION:
-            raise PluginError(
-                f"filter 'lm': {meta_file} was trained on {meta.get('tokenization')!r} tokens, "
-                f"this filter queries {TOKENIZATION!r} tokens; rerun the kenlm step"
-            )
-        return meta
+        return kenlm_meta(folder, role, "filter 'lm'")
 
     def _threshold(self, lang: str) -> float:
         config = self.config

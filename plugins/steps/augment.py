@@ -26,12 +26,10 @@ from mtcore.api import (
     CorpusWriter,
     PluginConfig,
     RawBlock,
-    Registry,
     Step,
     StepContext,
     StepError,
     built,
-    check_components,
     component_specs,
     components,
     load_registry,
@@ -117,12 +115,6 @@ class AugmentStep(Step):
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
     streams: ClassVar[tuple[str, ...]] = ("corpus",)
-
-    def check(self, registry: Registry) -> list[tuple[str, str]]:
-        return check_components(registry, "augmenters", list(self.config.augmenters), "augmenters")
-
-    def plugins_used(self) -> list[tuple[str, str]]:
-        return [("augmenters", spec.name) for spec in make_specs(self.config.augmenters)]
 
     def run(self, ctx: StepContext) -> None:
         c = self.config

@@ -23,7 +23,6 @@ from mtcore.api import (
     Step,
     StepContext,
     check_chain,
-    check_components,
     clean_corpus,
     components,
 )
@@ -34,7 +33,7 @@ class CleanConfig(PluginConfig):
         default_factory=list,
         description="filter chain: each entry {name: <filter>, <settings>} and optionally "
         "keep: {top_fraction | top_k | percentile} to rank instead of using the threshold",
-        json_schema_extra=components("filters"),
+        json_schema_extra=components("filters", reserved=ENGINE_KEYS[1:]),
     )
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
     reject_samples: int = Field(
@@ -55,13 +54,7 @@ class CleanStep(Step):
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "rejects")
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
-        entries = list(self.config.filters)
-        return check_components(
-            registry, "filters", entries, "filters", reserved=ENGINE_KEYS[1:]
-        ) + check_chain(registry, entries, "filters")
-
-    def plugins_used(self) -> list[tuple[str, str]]:
-        return [("filters", _name(entry)) for entry in self.config.filters]
+        return super().check(registry) + check_chain(registry, self.config.filters, "filters")
 
     def run(self, ctx: StepContext) -> None:
         source = Corpus.open(ctx.inputs["corpus"].path)

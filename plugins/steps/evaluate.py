@@ -12,13 +12,11 @@ from mtcore.api import (
     Corpus,
     Metric,
     PluginConfig,
-    Registry,
     Score,
     Step,
     StepContext,
     StepError,
     build_metrics,
-    check_components,
     check_lengths,
     components,
     write_artifact_meta,
@@ -68,17 +66,9 @@ class EvaluateStep(Step):
     inputs: ClassVar[dict[str, bool]] = {"hyp": True, "ref": True}
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 
-    def check(self, registry: Registry) -> list[tuple[str, str]]:
-        return check_components(registry, "metrics", self.config.metrics, "metrics")
-
     def stage(self, step_id: str) -> tuple[str, str] | None:
         match = STAGE_ID.match(step_id)
         return None if match is None else (match["stage"], match["direction"])
-
-    def plugins_used(self) -> list[tuple[str, str]]:
-        return [
-            ("metrics", e if isinstance(e, str) else str(e["name"])) for e in self.config.metrics
-        ]
 
     def _source_lang(self, ctx: StepContext, ref_langs: tuple[str, ...], lang: str) -> str | None:
         if self.config.src is not None:

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from mtcore.api import (
+    HASHED_WHEN_SET,
     INNER_BREAKS,
     Corpus,
     CorpusWriter,
@@ -18,7 +19,6 @@ from mtcore.api import (
     Source,
     Step,
     StepContext,
-    drop_unset,
     identity_dict,
     ingest,
     write_corpus_meta,
@@ -34,6 +34,7 @@ class FetchConfig(PluginConfig):
         ge=1,
         description="keep the first N pairs that pass the input policy and stop reading (as "
         "`head -n`; profiles that shrink a recipe use it); the cut is counted in the stats",
+        json_schema_extra=HASHED_WHEN_SET,
     )
 
 
@@ -56,14 +57,11 @@ class FetchStep(Step):
         return [("sources", self.config.source)]
 
     def identity(self, registry: Registry) -> dict[str, Any]:
+        """The step's settings with its source's, as the source's ``Config`` hashes them
+        (settings added later, such as archive members, formats and ``input.field_count``, are
+        ``HASHED_WHEN_SET``: recipes that do not use them keep their cached outputs)."""
         own = super().identity(registry)
-        config = self._source(registry).config
-        # settings added later (archive members, formats, input.field_count) hash only when
-        # set, so the steps of recipes that do not use them keep their cached outputs
-        own["config"] = drop_unset(identity_dict(config), type(config))
-        own["input"] = drop_unset(own["input"], InputPolicy)
-        if own["max_pairs"] is None:  # absent as before the setting existed: caches stay valid
-            del own["max_pairs"]
+        own["config"] = identity_dict(self._source(registry).config)
         return own
 
     def fingerprint(self, registry: Registry) -> str:

@@ -31,7 +31,6 @@ from mtcore.api import (
     StepContext,
     StepError,
     built,
-    check_components,
     component_specs,
     components,
     encode_utf8,
@@ -259,7 +258,7 @@ class NormalizeConfig(PluginConfig):
         min_length=1,
         description="processor chain, applied in order: each entry a name or {name: "
         "<processor>, langs: [sides it applies to; default all], <processor settings>}",
-        json_schema_extra=components("processors"),
+        json_schema_extra=components("processors", reserved=STEP_KEYS[1:]),
     )
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
 
@@ -275,13 +274,7 @@ class NormalizeStep(Step):
     streams: ClassVar[tuple[str, ...]] = ("corpus",)
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
-        entries = list(self.config.processors)
-        return check_components(
-            registry, "processors", entries, "processors", reserved=STEP_KEYS[1:]
-        ) + check_langs(entries, "processors")
-
-    def plugins_used(self) -> list[tuple[str, str]]:
-        return [("processors", spec.name) for spec in make_specs(self.config.processors)]
+        return super().check(registry) + check_langs(self.config.processors, "processors")
 
     def run(self, ctx: StepContext) -> None:
         source = Corpus.open(ctx.inputs["corpus"].path)

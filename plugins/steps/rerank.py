@@ -38,7 +38,6 @@ from mtcore.api import (
     StepContext,
     StepError,
     Tuner,
-    check_components,
     components,
     write_artifact_meta,
 )
@@ -54,7 +53,7 @@ class RerankConfig(PluginConfig):
         default_factory=list,
         description="scorer chain: each entry a name or {name: <scorer>, feature: <column "
         "name; default the scorer's name>, <scorer settings>}",
-        json_schema_extra=components("scorers"),
+        json_schema_extra=components("scorers", reserved=STEP_KEYS[1:]),
     )
     weigh: list[str] | None = Field(
         None,
@@ -65,6 +64,7 @@ class RerankConfig(PluginConfig):
         "mert",
         description="tuner plugin (name or {name, settings}) fitted on dev_nbest/dev_ref: mert "
         "(NT5 §5.1), ranksvm (Xiaomi §3.4), random_search",
+        json_schema_extra=components("tuners"),
     )
     weights: dict[str, float] | None = Field(
         None, description="fixed weights per feature instead of tuning (no dev inputs then)"
@@ -99,19 +99,8 @@ class RerankStep(Step):
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest", "weights")
     streams: ClassVar[tuple[str, ...]] = ("nbest",)
 
-    def check(self, registry: Registry) -> list[tuple[str, str]]:
-        problems = check_components(
-            registry, "scorers", list(self.config.features), "features", reserved=STEP_KEYS[1:]
-        )
-        if self.config.weights is None:
-            problems += check_components(registry, "tuners", [self.config.tuner], "tuner")
-        return [(where.replace("tuner.0", "tuner"), text) for where, text in problems]
-
-    def plugins_used(self) -> list[tuple[str, str]]:
-        used = [("scorers", spec.name) for spec in make_specs(self.config.features)]
-        if self.config.weights is None:
-            used.append(("tuners", _tuner_name(self.config.tuner)))
-        return used
+    def unused_components(self) -> set[str]:
+        return {"tuner"} if self.config.weights is not None else set()  # fixed weights: no fit
 
     def run(self, ctx: StepContext) -> None:
         config = self.config

@@ -17,7 +17,6 @@ from mtcore.api import (
     Registry,
     Step,
     StepContext,
-    check_components,
     components,
     make_specs,
     score_corpus,
@@ -47,7 +46,7 @@ class ScoreStep(Step):
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 
     def check(self, registry: Registry) -> list[tuple[str, str]]:
-        problems = check_components(registry, "filters", list(self.config.filters), "filters")
+        problems = super().check(registry)
         for i, entry in enumerate(self.config.filters):
             name = entry if isinstance(entry, str) else entry.get("name")
             try:
@@ -57,11 +56,6 @@ class ScoreStep(Step):
             if stateful:
                 problems.append((f"filters.{i}.name", f"{name!r} is stateful: no per-pair score"))
         return problems
-
-    def plugins_used(self) -> list[tuple[str, str]]:
-        return [
-            ("filters", e if isinstance(e, str) else str(e["name"])) for e in self.config.filters
-        ]
 
     def run(self, ctx: StepContext) -> None:
         source = Corpus.open(ctx.inputs["corpus"].path)

@@ -1,7 +1,9 @@
 """Selects pairs of a corpus by the scores a ``score`` step wrote for it: a threshold, a top k,
 a top fraction or a percentile band over one score column or a weighted sum of columns.
 
-The cut is :func:`mtcore.ranking.ranked_cut`, the one the clean step's ``keep`` rules use:
+The cut is the core's selection budget (:class:`mtcore.api.Budget`, as the ``selection`` step
+applies it to a selector's scores) over :func:`mtcore.ranking.ranked_cut`, the one the clean
+step's ``keep`` rules use:
 ties at a top-k/fraction boundary go to the earlier pair, so counts are exact; a NaN score
 (a pair a scorer could not score) fails every threshold and ranks last. Kept pairs are written
 in corpus order, their bytes cut out of the input files unchanged.
@@ -13,6 +15,7 @@ occurrence of every pair, which is the deduplicated union; no step of its own is
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -20,6 +23,7 @@ from pydantic import Field, model_validator
 
 from mtcore.api import (
     BlockReader,
+    Budget,
     Corpus,
     CorpusWriter,
     DataError,
@@ -27,12 +31,12 @@ from mtcore.api import (
     PluginConfig,
     Step,
     StepContext,
-    ranked_cut,
     write_artifact_meta,
 )
 from mtcore_plugins.steps.score import SCORES_FILE, read_scores
 
 SHARD = 100_000  # pairs per block when writing the kept lines
+BUDGET_FIELDS = ("threshold", "top_k", "top_fraction", "percentile")
 
 
 class SelectConfig(PluginConfig):
@@ -138,33 +142,29 @@ class SelectStep(Step):
         return keys
 
     def cut(self, keys: np.ndarray, ctx: StepContext) -> np.ndarray:
-        """Which pairs are kept: the threshold first, then the rank rule on the survivors."""
+        """Which pairs are kept: the threshold first, then the rank rule on the survivors (the
+        core's selection budget, as the selection step applies it)."""
         config = self.config
-        higher = config.direction == "higher"
-        keep = ~np.isnan(keys)
-        if config.threshold is not None:
-            with np.errstate(invalid="ignore"):
-                keep &= keys >= config.threshold if higher else keys <= config.threshold
-        else:
-            keep[:] = True  # NaN keys still rank last under a rank rule
-        ctx.stats.add("dropped.threshold", int((~keep).sum()))
-        spec = config.keep_spec()
-        if spec is not None:
-            alive = np.flatnonzero(keep)
-            ranked = ranked_cut(keys[alive], spec, higher, len(keys))
-            keep[alive[~ranked]] = False
-            ctx.stats.add("dropped.rank", int((~ranked).sum()))
+        budget = Budget.model_validate(config.model_dump(include=set(BUDGET_FIELDS)))
+        keep, dropped = budget.cut(keys, config.direction == "higher")
+        for reason, count in dropped.items():
+            ctx.stats.add(reason, count)
         return keep
 
     @staticmethod
     def _write(ctx: StepContext, corpus: Corpus, keep: np.ndarray) -> None:
-        with CorpusWriter(ctx.output("corpus"), corpus.langs) as writer:
-            start = 0
-            for raw in BlockReader(corpus.files(), SHARD):
-                mask = keep[start : start + raw.count]
-                sides = [raw.kept_bytes(side, mask) for side in range(len(raw.raws))]
-                writer.write_raw(sides, int(mask.sum()))
-                start += raw.count
+        write_kept(ctx.output("corpus"), corpus, keep)
+
+
+def write_kept(out: Path, corpus: Corpus, keep: np.ndarray) -> None:
+    """The pairs of ``corpus`` that ``keep`` marks, in corpus order, their bytes unchanged."""
+    with CorpusWriter(out, corpus.langs) as writer:
+        start = 0
+        for raw in BlockReader(corpus.files(), SHARD):
+            mask = keep[start : start + raw.count]
+            sides = [raw.kept_bytes(side, mask) for side in range(len(raw.raws))]
+            writer.write_raw(sides, int(mask.sum()))
+            start += raw.count
 
 
 def write_scores(out: Any, header: list[str], table: np.ndarray) -> None:

@@ -29,11 +29,9 @@ from mtcore.api import (
     DataError,
     Metric,
     PluginConfig,
-    Registry,
     Step,
     StepContext,
     build_metrics,
-    check_components,
     components,
     same_file,
     write_artifact_meta,
@@ -75,6 +73,7 @@ class SelectModelsConfig(PluginConfig):
         ["transformer_presets"],
         max_length=32,
         description="mtcore.models plugins to register before loading (each model's own are added)",
+        json_schema_extra=components("models"),
     )
 
     @model_validator(mode="after")
@@ -100,14 +99,6 @@ class SelectModelsStep(Step):
         "spm": True,
     }
     outputs: ClassVar[tuple[str, ...]] = (*MODEL_ROLES, "ranking")
-
-    def check(self, registry: Registry) -> list[tuple[str, str]]:
-        return check_components(registry, "metrics", [self.config.metric], "metric")
-
-    def plugins_used(self) -> list[tuple[str, str]]:
-        metric = self.config.metric
-        name = metric if isinstance(metric, str) else str(metric.get("name"))
-        return [("metrics", name), *(("models", name) for name in self.config.models)]
 
     def written_outputs(self) -> tuple[str, ...]:
         return (*MODEL_ROLES[: self.config.top], "ranking")

@@ -62,9 +62,6 @@ class TrainStep(Step):
     trains: ClassVar[bool] = True
     _gpus = 0  # CUDA devices the driver sees (set by _check_device)
 
-    def plugins_used(self) -> list[tuple[str, str]]:
-        return [("models", name) for name in self.config.models]
-
     def resources(self) -> Resources:
         """One GPU a process where the settings need GPUs (fp16/bf16: one process per GPU);
         else ``threads`` CPU threads a process (every core for torch's default). A recipe's

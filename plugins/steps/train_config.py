@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.api import PluginConfig
+from mtcore.api import PluginConfig, components
 
 CRITERION_KEY = re.compile(r"[a-z][a-z0-9_]*$")
 # Settings the step owns; giving them again through criterion_args would pass them twice.
@@ -27,6 +27,7 @@ class TrainConfig(PluginConfig):
         max_length=32,
         description="mtcore.models plugins to register before fairseq starts (architectures, "
         "criteria); an init model's plugins are added",
+        json_schema_extra=components("models"),
     )
     max_update: int = Field(
         50_000,

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mtcore.api import (
+    HASHED_WHEN_SET,
     NOT_IDENTITY,
     Artifact,
     Corpus,
@@ -34,6 +35,8 @@ from mtcore.api import (
     Step,
     StepContext,
     StepError,
+    components,
+    ignored_when,
     map_shards,
     worker_forget,
     worker_memo,
@@ -90,6 +93,7 @@ class TranslateConfig(PluginConfig):
         description="no n-gram of this many target pieces occurs twice in a hypothesis "
         "(fairseq-generate's --no-repeat-ngram-size, CTranslate2's no_repeat_ngram_size; "
         "CTranslate2 blocks before its softmax, fairseq after, so their outputs differ); 0: off",
+        json_schema_extra=HASHED_WHEN_SET,
     )
     seed: int = Field(1, ge=0, le=2**31 - 1, description="sampling seed (per shard: seed + shard)")
     batch_size: int = Field(64, ge=1, le=100_000, description="sentences per batch")
@@ -119,6 +123,7 @@ class TranslateConfig(PluginConfig):
         ["transformer_presets"],
         max_length=32,
         description="mtcore.models plugins to register before loading (each model's own are added)",
+        json_schema_extra=components("models"),
     )
     backend: Literal["fairseq", "ctranslate2", "auto"] = Field(
         "fairseq",
@@ -126,6 +131,7 @@ class TranslateConfig(PluginConfig):
         "(cached by its hash) and decoded by CTranslate2, an error when it cannot be; auto, "
         "CTranslate2 when the model converts, else fairseq with the reason logged (ensembles "
         "always fall back). docs/decoding.md",
+        json_schema_extra=HASHED_WHEN_SET,  # added later: the steps of earlier runs stay cached
     )
     compute_type: Literal[
         "default", "auto", "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
@@ -134,6 +140,7 @@ class TranslateConfig(PluginConfig):
         "default",
         description="CTranslate2 weights and arithmetic (default: as converted, float32); "
         "int8 quantizes on load. Ignored by the fairseq backend",
+        json_schema_extra=ignored_when(backend="fairseq"),
     )  # fmt: skip
     weights: dict[str, float] = Field(
         default_factory=dict,
@@ -192,24 +199,9 @@ class TranslateStep(Step):
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest")
     streams: ClassVar[tuple[str, ...]] = ("corpus",)
 
-    def plugins_used(self) -> list[tuple[str, str]]:
-        return [("models", name) for name in self.config.models]
-
     def written_outputs(self) -> tuple[str, ...]:
         """No n-best list without ``nbest``: a reader of one is a validation error."""
         return self.outputs if self.config.nbest else ("hyp",)
-
-    def identity(self, registry: Any) -> dict[str, Any]:
-        """The fairseq backend at its defaults, and no n-gram blocking, are the decoding every
-        existing run did: those settings stay out of the hash, so adding them kept every
-        translate step's artifacts."""
-        found = super().identity(registry)
-        if found.get("backend") == "fairseq":
-            found.pop("backend", None)
-            found.pop("compute_type", None)
-        if found.get("no_repeat_ngram_size") == 0:
-            found.pop("no_repeat_ngram_size")
-        return found
 
     def run(self, ctx: StepContext) -> None:
         import torch

@@ -1,0 +1,95 @@
+"""Runs any selector plugin over a pool: fit it once, score every pair, cut by a budget.
+
+The pool is the ``corpus`` input; every other input is passed to the selector's ``fit`` under
+its role (a domain set, a test set, kenlm models), so a selector names the roles it reads in
+its own settings. The budget is this step's ``threshold`` and/or one rank rule (``top_k``,
+``top_fraction``, ``percentile``), applied by the core's selection engine
+(:func:`mtcore.api.select_pool`): ties at a boundary go to the earlier pair, a NaN score fails
+every threshold and ranks last. A selector that picks its own candidates (``knn``: the
+neighbours of the domain sentences; ``topic``: pairs sharing topic terms) is cut among them.
+
+NT5 §3.3's two selections as two steps::
+
+    ml_top: {kind: selection, inputs: {corpus: pool, in_domain: lm_in, general: lm_gen},
+             selector: {name: moore_lewis, side: target}, top_k: 20000}
+    knn: {kind: selection, inputs: {corpus: pool, domain: dev},
+          selector: {name: knn, k: 10, lang: ja}, top_k: 4000}
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from mtcore.api import (
+    Budget,
+    Corpus,
+    PluginError,
+    Registry,
+    Selector,
+    Step,
+    StepContext,
+    component_specs,
+    components,
+    select_pool,
+)
+from mtcore_plugins.steps.select import write_kept, write_scores
+
+
+class SelectionConfig(Budget):
+    selector: str | dict[str, Any] = Field(
+        description="the selector plugin: its name, or {name: <selector>, <its settings>}",
+        json_schema_extra=components("selectors"),
+    )
+
+
+class SelectionStep(Step):
+    """Outputs ``corpus`` (the kept pairs, in corpus order, bytes unchanged) and ``scores``
+    (their scores, one column named after the selector). Counts ``pairs_in``, ``pairs_out``,
+    ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and
+    ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
+
+    name = "selection"
+    Config = SelectionConfig
+    config: SelectionConfig
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
+
+    def _entry(self) -> dict[str, Any]:
+        entry = self.config.selector
+        return {"name": entry} if isinstance(entry, str) else dict(entry)
+
+    def selector(self, registry: Registry) -> Selector:
+        """The configured selector plugin (not yet fitted)."""
+        (spec,) = component_specs("selectors", [self._entry()])
+        try:
+            plugin = spec.configured(registry)
+        except TypeError as exc:  # an abstract method left out
+            raise PluginError(f"selector {spec.name!r} cannot be built: {exc}") from exc
+        assert isinstance(plugin, Selector)  # configured() checked the contract
+        return plugin
+
+    def run(self, ctx: StepContext) -> None:
+        pool = Corpus.open(ctx.inputs["corpus"].path)
+        selector = self.selector(ctx.registry)
+        inputs = {role: art.path for role, art in ctx.inputs.items() if role != "corpus"}
+        missing = [role for role in selector.roles() if role not in inputs]
+        if missing:
+            have = ", ".join(sorted(inputs)) or "none besides corpus"
+            raise PluginError(
+                f"{ctx.step_id}: selector {selector.name!r} reads the step inputs {missing}; "
+                f"connect them under the step's inputs (connected: {have})"
+            )
+        selector.fit(ctx, pool, inputs)
+        selection = select_pool(ctx, pool, selector, self.config)
+        write_kept(ctx.output("corpus"), pool, selection.keep)
+        kept = selection.scores[selection.keep]
+        write_scores(ctx.output("scores"), [selector.name], kept[:, None])
+        for key, count in selection.counts.items():
+            ctx.stats.add(key, count)
+        finite = kept[~np.isnan(kept)]
+        if len(finite):
+            worst = finite.min() if selector.higher_is_better else finite.max()
+            ctx.metrics["cut_score"] = float(worst)
