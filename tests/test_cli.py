@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -148,6 +149,61 @@ def test_evaluate_bad_input(tmp_path, hyp, ref, message):
     )
     assert result.exit_code == 1
     assert message in result.output
+
+
+def test_example_selection_package_installs_and_runs(tmp_path, enja_files):
+    """Issue 49 point 7: a separate package adds a step and a selector through pip alone; the
+    core's selection step runs its selector under a budget, its step reports on the result, and
+    both give what an independent computation over the same files gives."""
+    import numpy as np
+
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(EXAMPLE.parent / "mtcore-example-selection")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    path = small_recipe(tmp_path, enja_files)
+    doc = yaml.safe_load(path.read_text())
+    doc["steps"]["pick"] = {
+        "kind": "selection",
+        "inputs": {"corpus": "split.train", "domain": "split.test"},
+        "selector": {"name": "vocab_overlap", "lang": "en"},
+        "top_k": 25,
+    }
+    doc["steps"]["lengths"] = {"kind": "length_report", "inputs": {"corpus": "pick"}}
+    path.write_text(yaml.safe_dump(doc))
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    mtcore = [sys.executable, "-m", "mtcore.cli_entry"]
+    shown = subprocess.run(
+        [*mtcore, "plugins", "selectors"], env=env, capture_output=True, text=True
+    )
+    assert "vocab_overlap" in shown.stdout and "mtcore-example-selection 0.1.0" in shown.stdout
+    work = tmp_path / "w"
+    run = subprocess.run([*mtcore, "run", str(path), "-w", str(work), "-q"], env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    steps = work / "steps"
+
+    def lines(step: str, output: str) -> list[str]:
+        (found,) = steps.glob(f"{step}-*/{output}/*.en")
+        return found.read_text(encoding="utf-8").split("\n")[:-1]
+
+    train, domain = lines("split", "train"), lines("split", "test")
+    vocabulary = {word for line in domain for word in line.lower().split()}
+    scores = [
+        sum(w in vocabulary for w in line.lower().split()) / len(line.split())
+        if line.split() else float("nan")
+        for line in train
+    ]  # fmt: skip
+    order = sorted(range(len(train)), key=lambda i: (np.isnan(scores[i]), -scores[i], i))
+    kept = sorted(order[:25])
+    assert lines("pick", "corpus") == [train[i] for i in kept]
+    (report,) = steps.glob("lengths-*/report/lengths.json")
+    profile = json.loads(report.read_text())["en"]
+    assert profile["lines"] == 25
+    assert profile["max"] == max(len(train[i]) for i in kept)
+    assert profile["mean"] == round(sum(len(train[i]) for i in kept) / 25, 3)
 
 
 def test_example_plugin_installs_and_plugs_in(tmp_path, enja_files):
