@@ -93,6 +93,8 @@ def main() -> None:
             f" ({cpu / seconds:.2f} cores busy)   steal {lost:.0%}   ({how})",
             flush=True,
         )
+    if not {"sequential", "scheduled"} <= results.keys():
+        return  # one run only (--order scheduled): nothing to compare it with
     seq, sched = results["sequential"], results["scheduled"]
     same = seq[2] == sched[2]
     differing = sorted(k for k in seq[2] if seq[2][k] != sched[2].get(k))
