@@ -93,14 +93,13 @@ def main() -> None:
             f" ({cpu / seconds:.2f} cores busy)   steal {lost:.0%}   ({how})",
             flush=True,
         )
-    if not {"sequential", "scheduled"} <= results.keys():
-        return  # one run only (--order scheduled): nothing to compare it with
-    seq, sched = results["sequential"], results["scheduled"]
-    same = seq[2] == sched[2]
-    differing = sorted(k for k in seq[2] if seq[2][k] != sched[2].get(k))
-    print(f"speed-up   {seq[0] / sched[0]:.2f}x  (sequential / scheduled, same commit, same run)")
-    print(f"outputs    {len(seq[2])} steps, output hashes identical: {same}"
-          + (f" (differ: {', '.join(differing)})" if differing else ""))  # fmt: skip
+    if {"sequential", "scheduled"} <= results.keys():  # one run only: nothing to compare
+        seq, sched = results["sequential"], results["scheduled"]
+        same = seq[2] == sched[2]
+        differing = sorted(k for k in seq[2] if seq[2][k] != sched[2].get(k))
+        print(f"speed-up   {seq[0] / sched[0]:.2f}x  (sequential / scheduled, same commit)")
+        print(f"outputs    {len(seq[2])} steps, output hashes identical: {same}"
+              + (f" (differ: {', '.join(differing)})" if differing else ""))  # fmt: skip
     if args.work is None:
         shutil.rmtree(base, ignore_errors=True)
 
