@@ -6,7 +6,6 @@ sentence (``sum``)."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,24 +30,13 @@ class NgramLMScorer(Scorer):
     Config = NgramLMConfig
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
-        from mtcore_plugins.common.ngram import TOKENIZATION, load_model
+        from mtcore_plugins.common.ngram import kenlm_meta, load_model
 
         super().setup(src, tgt, resources)
         config = self.config
         assert isinstance(config, NgramLMConfig)
         folder = self.resource(config.lm)
-        meta_file = folder / "artifact.json"
-        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
-        if meta.get("type") != "kenlm":
-            raise PluginError(
-                f"scorer 'ngram_lm': {folder} is not a kenlm step's output (artifact type "
-                f"{meta.get('type')!r}); connect the role {config.lm!r} to a kenlm step"
-            )
-        if meta.get("tokenization") != TOKENIZATION:
-            raise PluginError(
-                f"scorer 'ngram_lm': {meta_file} was trained on {meta.get('tokenization')!r} "
-                f"tokens, this scorer queries {TOKENIZATION!r}; rerun the kenlm step"
-            )
+        meta = kenlm_meta(folder, config.lm, "scorer 'ngram_lm'")
         if tgt not in meta.get("files", {}):
             raise PluginError(
                 f"scorer 'ngram_lm': {folder} has models for {sorted(meta.get('files', {}))}, "
