@@ -123,9 +123,10 @@ def test_smoke_profile_runs_end_to_end(registry, path, tmp_path):
         check_export(path, work, "smoke", tmp_path)
 
 
-DEFAULT_IN_CI = {"nt5", "yishu"}
-"""The default-profile runs CI's slow tier holds (NT5's checks the system `make nt5` built);
-Xiaomi's and HW-TSC's (about 13 minutes more on CI's 2 cores) run in make test-long."""
+DEFAULT_IN_CI = {"nt5"}
+"""The default-profile run CI's slow tier holds: NT5's, which checks the system `make nt5` built.
+Yishu's (about 8 minutes on CI's 2 cores), Xiaomi's and HW-TSC's (about 13 minutes more) run in
+make test-long; CI of 3188801 took 3,643 s with Yishu's in it, over its hour."""
 
 
 @pytest.mark.slow
