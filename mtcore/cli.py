@@ -424,6 +424,10 @@ def _show(registry: Any, kind: str, name: str) -> None:
     doc = (cls.__doc__ or "").strip()
     if doc:
         click.echo(f"  {doc.splitlines()[0]}")
+    if cls.licences:
+        click.echo("  licences of the models it runs:")
+        for what, licence in cls.licences.items():
+            click.echo(f"    {what}: {licence}")
     for field_name, field in cls.Config.model_fields.items():
         default = (
             "required"

@@ -28,6 +28,10 @@ class Plugin:
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[PluginConfig]] = PluginConfig
+    licences: ClassVar[Mapping[str, str]] = {}
+    """The licences of the models or data the plugin runs, by backend or file (empty: only
+    its code's, the package's): ``mtcore plugins KIND --show NAME`` prints them, so a user
+    checks them before shipping a system trained with them."""
 
     def __init__(self, config: PluginConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

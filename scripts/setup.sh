@@ -23,6 +23,9 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q
 "${pip[@]}" --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
 "${pip[@]}" -r "$root/requirements/base.txt" -r "$root/requirements/dev.txt"
 "$venv/bin/python" -m pip uninstall -y -q torchaudio 2>/dev/null || true
+# fastText's trainer, for the tests that train a small language-ID model: beside the venv, not
+# in it, since its module (fasttext) would shadow fasttext-predict's, which the filters load.
+"${pip[@]}" --no-deps --upgrade --target "$venv/fasttext-train" fasttext-numpy2-wheel==0.9.2
 bash "$root/scripts/build_kenlm.sh" "$venv"
 "${pip[@]}" --no-deps --no-build-isolation -e "$root"
 echo "$want" > "$stamp"

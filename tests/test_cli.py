@@ -91,6 +91,9 @@ def test_plugins_lists_and_shows(tmp_path):
     assert "length_ratio" in result.output
     shown = invoke("plugins", "filters", "--show", "length_ratio")
     assert "max_ratio" in shown.output and "largest longer/shorter ratio kept" in shown.output
+    licences = invoke("plugins", "filters", "--show", "langid").output
+    assert "licences of the models it runs:" in licences and "heliport: GPL-3.0" in licences
+    assert "length_ratio" in shown.output and "licences" not in shown.output  # no model
     bad = invoke("plugins", "filters", "--show", "lenght")
     assert bad.exit_code == 1 and "Did you mean 'length'?" in bad.output
     kind = invoke("plugins", "filtres")

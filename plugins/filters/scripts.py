@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import PluginConfig, PluginError, TextBlock, TextColumn, worker_memo
+from mtcore_plugins.common import langcodes
 from mtcore_plugins.filters._array import ArrayFilter
 
 Script = Literal[
@@ -65,16 +66,11 @@ NATIVE: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("ar", "fa", "ur", "ps"), ("arabic",)),
     **dict.fromkeys(("hi", "mr", "ne", "sa"), ("devanagari",)),
 }
-_ISO3 = {
-    "jpn": "ja", "zho": "zh", "chi": "zh", "cmn": "zh", "yue": "zh", "kor": "ko", "eng": "en",
-    "rus": "ru", "ukr": "uk", "ces": "cs", "hrv": "hr", "ell": "el", "ara": "ar", "heb": "he",
-}  # fmt: skip
 
 
 def base_lang(lang: str) -> str:
-    """``zh_CN``, ``zh-Hans``, ``zho`` -> ``zh``."""
-    base = lang.replace("-", "_").split("_", 1)[0].lower()
-    return _ISO3.get(base, base)
+    """``zh_CN``, ``zh-Hans``, ``zho``, ``cmn`` -> ``zh`` (:func:`langcodes.iso1`)."""
+    return langcodes.iso1(lang)
 
 
 def script_tables() -> tuple[np.ndarray, np.ndarray]:
