@@ -1,0 +1,206 @@
+"""MinHash-LSH near-duplicate detection with bounded memory (Broder 1997; the banding of
+Leskovec, Rajaraman & Ullman, *Mining of Massive Datasets* §3.4), laid out as datatrove's
+minhash deduplication is: signatures per shard, band hashes scattered to bucket files on disk,
+duplicate pairs found one bucket at a time, clusters joined by union-find, one member kept.
+
+Texts are compared after :func:`normalize_for_minhash` (case-folded, NFKC, digits made 0,
+punctuation, symbols and spaces dropped), so boilerplate with a changed number or a sentence
+with other punctuation is the same text; their character ``ngram``-shingles are hashed and each
+of ``bands * rows`` multiply-shift hash functions keeps its minimum. Two texts whose shingle
+sets have Jaccard similarity s share a band with probability 1 - (1 - s^rows)^bands: with
+datatrove's defaults (14 bands of 8 rows, 5-grams) that is an S-curve through 0.72.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import regex
+
+_DROP = regex.compile(r"[\p{P}\p{S}\p{Z}\s\p{Cc}\p{Cf}]+")
+_DIGITS = regex.compile(r"\p{Nd}")
+_EMPTY = np.uint64(0)
+
+
+def normalize_for_minhash(text: str) -> str:
+    """What near-duplicates share: ``"Page 12 of 40 — News!"`` and ``"page 3 of 41: news"``
+    both become ``"page0of00news"``."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return _DIGITS.sub("0", _DROP.sub("", text))
+
+
+def hash_params(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` multiply-shift hash functions ``(a * x + b) >> 32`` over 64-bit shingle
+    hashes: odd multipliers ``a`` and offsets ``b``, from ``seed``."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, 2**63, size=count, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    b = rng.integers(0, 2**63, size=count, dtype=np.uint64)
+    return a, b
+
+
+def _kernels():  # type: ignore[no-untyped-def]
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def mix(x):  # type: ignore[no-untyped-def]
+        # splitmix64's finalizer: every input bit moves every output bit
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+        return x
+
+    @numba.njit(cache=True, nogil=True)
+    def band_hashes(codes, offsets, ngram, a, b, bands, rows):  # type: ignore[no-untyped-def]
+        count = len(offsets) - 1
+        perms = bands * rows
+        out = np.zeros((count, bands), dtype=np.uint64)
+        sig = np.empty(perms, dtype=np.uint64)
+        for doc in range(count):
+            start, end = offsets[doc], offsets[doc + 1]
+            if end == start:
+                continue  # nothing left after normalization: no band, never a duplicate
+            sig[:] = np.uint64(0xFFFFFFFFFFFFFFFF)
+            width = min(ngram, end - start)
+            for first in range(start, end - width + 1):
+                h = np.uint64(width)
+                for i in range(first, first + width):
+                    h = mix(h ^ np.uint64(codes[i]))
+                for k in range(perms):
+                    v = (a[k] * h + b[k]) >> np.uint64(32)
+                    if v < sig[k]:
+                        sig[k] = v
+            for band in range(bands):
+                h = mix(np.uint64(band + 1))
+                for k in range(band * rows, (band + 1) * rows):
+                    h = mix(h ^ sig[k])
+                out[doc, band] = h | np.uint64(1)  # never 0, the "no band" mark
+        return out
+
+    return band_hashes
+
+
+_KERNEL: list[object] = []
+
+
+def band_hashes(
+    texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, bands: int, rows: int
+) -> np.ndarray:
+    """(len(texts), bands) uint64: each normalized text's band hashes (0 for a text that is
+    empty after normalization: it joins no cluster)."""
+    if not _KERNEL:
+        _KERNEL.append(_kernels())
+    kernel = _KERNEL[0]
+    normalized = [normalize_for_minhash(t) for t in texts]
+    codes = np.frombuffer("".join(normalized).encode("utf-32-le"), dtype=np.uint32)
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in normalized], out=offsets[1:])
+    hashes: np.ndarray = kernel(codes, offsets, ngram, a, b, bands, rows)  # type: ignore[operator]
+    return hashes
+
+
+def threshold(bands: int, rows: int) -> float:
+    """The similarity where the S-curve is steepest, about where a pair becomes a duplicate."""
+    return float((1.0 / bands) ** (1.0 / rows))
+
+
+class Buckets:
+    """Band hashes with their pair numbers, scattered over ``count`` files in ``folder`` by
+    hash, so that finding equal hashes needs one file in memory at a time (16 bytes a record,
+    ``pairs * bands / count`` records a file)."""
+
+    def __init__(self, folder: Path, count: int) -> None:
+        self.folder = folder
+        self.count = count
+        folder.mkdir(parents=True, exist_ok=True)
+        self.handles = [open(self.path(i), "wb") for i in range(count)]  # noqa: SIM115
+
+    def path(self, number: int) -> Path:
+        return self.folder / f"bucket-{number:05d}.bin"
+
+    def add(self, hashes: np.ndarray, first_index: int) -> None:
+        """``hashes`` (n, bands) of pairs ``first_index`` ... ``first_index + n - 1``."""
+        n, bands = hashes.shape
+        index = np.repeat(np.arange(first_index, first_index + n, dtype=np.uint64), bands)
+        flat = hashes.reshape(-1)
+        keep = flat != _EMPTY
+        records: np.ndarray = np.empty((int(keep.sum()), 2), dtype=np.uint64)
+        records[:, 0] = flat[keep]
+        records[:, 1] = index[keep]
+        where = (records[:, 0] >> np.uint64(40)) % np.uint64(self.count)
+        order = np.argsort(where, kind="stable")
+        records, where = records[order], where[order]
+        bounds = np.searchsorted(where, np.arange(self.count + 1, dtype=np.uint64))
+        for number in range(self.count):
+            low, high = bounds[number], bounds[number + 1]
+            if high > low:
+                records[low:high].tofile(self.handles[number])
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.close()
+
+    def edges(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """Per bucket file: pairs (first, other) of pair numbers sharing a band hash, each
+        group's members joined to its lowest number."""
+        for number in range(self.count):
+            records = np.fromfile(self.path(number), dtype=np.uint64).reshape(-1, 2)
+            if len(records) < 2:
+                continue
+            order = np.lexsort((records[:, 1], records[:, 0]))
+            keys, index = records[order, 0], records[order, 1]
+            starts = np.ones(len(keys), dtype=bool)
+            starts[1:] = keys[1:] != keys[:-1]
+            group_first = index[np.maximum.accumulate(np.where(starts, np.arange(len(keys)), 0))]
+            joined = ~starts
+            yield group_first[joined].astype(np.int64), index[joined].astype(np.int64)
+
+
+def union_find(size: int, edges: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Each pair number's cluster root (the lowest number in its cluster), from edge arrays;
+    4 bytes a pair (8 above 2**31 pairs)."""
+    dtype = np.int32 if size < 2**31 else np.int64
+    parent = np.arange(size, dtype=dtype)
+
+    def roots(x: np.ndarray) -> np.ndarray:
+        while True:
+            up = parent[x]
+            if (up == x).all():
+                return x
+            grand = parent[up]
+            parent[x] = grand  # path halving
+            x = grand
+
+    for first, other in edges:
+        while len(first):
+            a, b = roots(first.astype(dtype)), roots(other.astype(dtype))
+            low, high = np.minimum(a, b), np.maximum(a, b)
+            differ = low != high
+            if not differ.any():
+                break
+            low, high = low[differ], high[differ]
+            # several edges may point one root at different roots: the lowest wins, the rest
+            # are retried against the new roots in the next round
+            np.minimum.at(parent, high, low)
+            first, other = low, high
+    out = np.arange(size, dtype=dtype)
+    return roots(out)
+
+
+def keep_one(roots: np.ndarray, scores: np.ndarray | None, higher_is_better: bool) -> np.ndarray:
+    """A bool mask keeping one pair per cluster: the best-scored (ties: the earliest), or the
+    earliest without scores."""
+    index = np.arange(len(roots))
+    if scores is None:
+        return roots == index
+    rank = -scores if higher_is_better else scores
+    order = np.lexsort((index, rank, roots))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = roots[order][1:] != roots[order][:-1]
+    keep = np.zeros(len(roots), dtype=bool)
+    keep[order[first]] = True
+    return keep

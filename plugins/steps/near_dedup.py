@@ -1,0 +1,170 @@
+"""Near-duplicate removal: MinHash-LSH over normalized text (:mod:`mtcore_plugins.common.minhash`),
+on one side or the whole pair, keeping the best-scored member of each cluster when a score
+table is given (as Mozilla's pipeline keeps the pair with the best Bicleaner score) and the
+first otherwise.
+
+Crawled bitext and back-translation pools repeat boilerplate with a changed number, the same
+sentence with other punctuation or casing; exact dedup keeps every variant. Memory stays
+bounded: signatures are computed per shard over the executor (local processes, Slurm or Ray;
+saved, so a killed run resumes them), their band hashes go to ``buckets`` files on disk, one
+file at a time is sorted in memory, and the clusters are a union-find array of 4 bytes a pair.
+Settings default to datatrove's minhash deduplication (5-grams, 14 bands x 8 rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from mtcore.api import (
+    BlockReader,
+    Corpus,
+    DataError,
+    PluginConfig,
+    Step,
+    StepContext,
+    map_shards,
+)
+from mtcore_plugins.common import minhash
+from mtcore_plugins.steps.score import SCORES_FILE, read_scores
+from mtcore_plugins.steps.select import write_kept, write_scores
+
+
+class NearDedupConfig(PluginConfig):
+    key: Literal["pair", "source", "target"] = Field(
+        "pair",
+        description="what must not repeat: the whole pair (both sides near-identical), or one "
+        "side (a source translated twice, a target reached from two sources)",
+    )
+    ngram: int = Field(5, ge=1, le=32, description="characters per shingle (datatrove: 5)")
+    bands: int = Field(14, ge=1, le=256, description="LSH bands (datatrove: 14)")
+    rows: int = Field(8, ge=1, le=64, description="MinHash values per band (datatrove: 8)")
+    seed: int = Field(1, description="seed of the hash functions")
+    column: str | None = Field(
+        None,
+        min_length=1,
+        description="score column (of the `scores` input, a score step's table) whose best "
+        "member of a cluster is kept; without it, the first pair in corpus order",
+    )
+    direction: Literal["higher", "lower"] = Field(
+        "higher", description="which scores of `column` are better"
+    )
+    buckets: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="bucket files the band hashes are spread over: a bucket holds "
+        "pairs x bands / buckets records of 16 bytes, the most held in memory at once",
+    )
+    shard_size: int = Field(50_000, ge=1, le=10_000_000, description="pairs per shard")
+
+
+def _shard_hashes(task: tuple[Any, tuple[str, ...], str, int, np.ndarray, np.ndarray, int, int]):  # type: ignore[no-untyped-def]
+    """Runs in a worker: one shard's band hashes."""
+    raw, langs, key, ngram, a, b, bands, rows = task
+    pairs = raw.decode(langs).pairs()
+    if key == "source":
+        texts = [p[0] for p in pairs]
+    elif key == "target":
+        texts = [p[-1] for p in pairs]
+    else:
+        texts = ["\t".join(p) for p in pairs]
+    return minhash.band_hashes(texts, ngram, a, b, bands, rows)
+
+
+class NearDedupStep(Step):
+    """Outputs ``corpus`` (one pair per near-duplicate cluster, in corpus order, bytes
+    unchanged) and, given ``scores``, the kept pairs' rows. Counts ``pairs_in``, ``pairs_out``
+    and ``near_duplicates``; metrics hold the clusters and the S-curve's threshold."""
+
+    name = "near_dedup"
+    Config = NearDedupConfig
+    config: NearDedupConfig
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": False}
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
+
+    def check(self, registry: Any) -> list[tuple[str, str]]:
+        problems = super().check(registry)
+        if self.config.column is None and "direction" in self.config.model_fields_set:
+            problems.append(("direction", "applies with `column` (a score column) only"))
+        return problems
+
+    def run(self, ctx: StepContext) -> None:
+        config = self.config
+        corpus = Corpus.open(ctx.inputs["corpus"].path)
+        total = corpus.count()
+        header, table, scores = self._scores(ctx, total)
+        a, b = minhash.hash_params(config.bands * config.rows, config.seed)
+        shards = map_shards(
+            ctx.executor,
+            _shard_hashes,
+            BlockReader(corpus.files(), config.shard_size),
+            lambda raw: (
+                raw,
+                corpus.langs,
+                config.key,
+                config.ngram,
+                a,
+                b,
+                config.bands,
+                config.rows,
+            ),
+            ctx.scratch("signatures"),
+        )
+        buckets = minhash.Buckets(ctx.scratch("buckets"), config.buckets)
+        start = 0
+        try:
+            with ctx.progress(total, "minhash") as bar:
+                for raw, hashes in shards:
+                    buckets.add(hashes, start)
+                    start += raw.count
+                    bar.update(raw.count)
+        finally:
+            buckets.close()
+        roots = minhash.union_find(total, buckets.edges())
+        keep = minhash.keep_one(roots, scores, config.direction == "higher")
+        write_kept(ctx.output("corpus"), corpus, keep)
+        if table is not None and header is not None:
+            write_scores(ctx.output("scores"), header, table[keep])
+        kept = int(keep.sum())
+        ctx.stats.add("pairs_in", total)
+        ctx.stats.add("pairs_out", kept)
+        ctx.stats.add("near_duplicates", total - kept)
+        sizes = np.bincount(roots) if total else np.zeros(0, dtype=np.int64)
+        ctx.metrics["clusters_with_duplicates"] = int((sizes > 1).sum())
+        ctx.metrics["largest_cluster"] = int(sizes.max()) if total else 0
+        ctx.metrics["threshold"] = round(minhash.threshold(config.bands, config.rows), 3)
+
+    def _scores(
+        self, ctx: StepContext, total: int
+    ) -> tuple[list[str] | None, np.ndarray | None, np.ndarray | None]:
+        config = self.config
+        artifact = ctx.inputs.get("scores")
+        if artifact is None:
+            if config.column is not None:
+                raise DataError(
+                    f"{ctx.step_id}: column {config.column!r} names a score column, but the step "
+                    f"has no `scores` input (a score step's output for the same corpus)"
+                )
+            return None, None, None
+        if artifact.type != "scores":
+            raise DataError(
+                f"{ctx.step_id}: input scores ({artifact.path}) is not a score step's output "
+                f"(artifact type {artifact.type!r})"
+            )
+        header, table = read_scores(artifact.path)
+        if len(table) != total:
+            raise DataError(
+                f"{ctx.step_id}: {artifact.path / SCORES_FILE} has {len(table)} rows but the "
+                f"corpus has {total} pairs: score the same corpus you deduplicate"
+            )
+        if config.column is None:
+            return header, table, None
+        if config.column not in header:
+            raise DataError(
+                f"{ctx.step_id}: score column {config.column!r} is not in "
+                f"{artifact.path / SCORES_FILE} (columns: {', '.join(header)})"
+            )
+        return header, table, table[:, header.index(config.column)]
