@@ -59,6 +59,7 @@ def _kernels():  # type: ignore[no-untyped-def]
         count = len(offsets) - 1
         perms = bands * rows
         out = np.zeros((count, bands), dtype=np.uint64)
+        short = np.full((count, perms), 0xFFFF, dtype=np.uint16)
         sig = np.empty(perms, dtype=np.uint64)
         for doc in range(count):
             start, end = offsets[doc], offsets[doc + 1]
@@ -79,7 +80,9 @@ def _kernels():  # type: ignore[no-untyped-def]
                 for k in range(band * rows, (band + 1) * rows):
                     h = mix(h ^ sig[k])
                 out[doc, band] = h | np.uint64(1)  # never 0, the "no band" mark
-        return out
+            for k in range(perms):
+                short[doc, k] = np.uint16(sig[k] & np.uint64(0xFFFF))
+        return out, short
 
     return band_hashes
 
@@ -92,6 +95,15 @@ def band_hashes(
 ) -> np.ndarray:
     """(len(texts), bands) uint64: each normalized text's band hashes (0 for a text that is
     empty after normalization: it joins no cluster)."""
+    return signatures(texts, ngram, a, b, bands, rows)[0]
+
+
+def signatures(
+    texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, bands: int, rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Band hashes as :func:`band_hashes`, and (len(texts), bands * rows) uint16: the low 16
+    bits of each MinHash value, for estimating a candidate pair's similarity
+    (:func:`similarity`; two different values agree by chance once in 65,536)."""
     if not _KERNEL:
         _KERNEL.append(_kernels())
     kernel = _KERNEL[0]
@@ -99,8 +111,22 @@ def band_hashes(
     codes = np.frombuffer("".join(normalized).encode("utf-32-le"), dtype=np.uint32)
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in normalized], out=offsets[1:])
-    hashes: np.ndarray = kernel(codes, offsets, ngram, a, b, bands, rows)  # type: ignore[operator]
-    return hashes
+    hashes, short = kernel(codes, offsets, ngram, a, b, bands, rows)  # type: ignore[operator]
+    return hashes, short
+
+
+def similarity(sigs: np.ndarray, first: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """The estimated Jaccard similarity of each pair (first[i], other[i]): the share of their
+    MinHash values that agree (``sigs`` may be a memory-mapped file: rows are read per pair)."""
+    if not len(first):
+        return np.zeros(0)
+    order = np.argsort(first, kind="stable")  # nearer reads on a memory-mapped file
+    agree = np.empty(len(first))
+    step = 65_536
+    for low in range(0, len(order), step):
+        rows = order[low : low + step]
+        agree[rows] = (sigs[first[rows]] == sigs[other[rows]]).mean(axis=1)
+    return agree
 
 
 def threshold(bands: int, rows: int) -> float:

@@ -1,18 +1,23 @@
 """Near-duplicate removal: MinHash-LSH over normalized text (:mod:`mtcore_plugins.common.minhash`),
 on one side or the whole pair, keeping the best-scored member of each cluster when a score
 table is given (as Mozilla's pipeline keeps the pair with the best Bicleaner score) and the
-first otherwise.
+first otherwise. A candidate pair of the LSH joins a cluster only when its estimated Jaccard
+similarity (from the full signatures, kept on disk at 2 bytes a value) reaches
+``min_similarity``: banding alone also joins, now and then, pairs that share one long sentence
+of three, and union-find chains them into clusters of unrelated pairs.
 
 Crawled bitext and back-translation pools repeat boilerplate with a changed number, the same
 sentence with other punctuation or casing; exact dedup keeps every variant. Memory stays
 bounded: signatures are computed per shard over the executor (local processes, Slurm or Ray;
 saved, so a killed run resumes them), their band hashes go to ``buckets`` files on disk, one
 file at a time is sorted in memory, and the clusters are a union-find array of 4 bytes a pair.
+On disk: 16 bytes a band hash, 2 bytes a MinHash value (datatrove's defaults: 448 bytes a pair).
 Settings default to datatrove's minhash deduplication (5-grams, 14 bands x 8 rows).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -42,6 +47,14 @@ class NearDedupConfig(PluginConfig):
     bands: int = Field(14, ge=1, le=256, description="LSH bands (datatrove: 14)")
     rows: int = Field(8, ge=1, le=64, description="MinHash values per band (datatrove: 8)")
     seed: int = Field(1, description="seed of the hash functions")
+    min_similarity: float | None = Field(
+        0.7,
+        ge=0,
+        le=1,
+        description="estimated Jaccard similarity (the share of agreeing MinHash values) an "
+        "LSH candidate pair must reach to join a cluster; null: every candidate joins, as in "
+        "datatrove (pairs sharing one long sentence then chain clusters together)",
+    )
     column: str | None = Field(
         None,
         min_length=1,
@@ -71,7 +84,7 @@ def _shard_hashes(task: tuple[Any, tuple[str, ...], str, int, np.ndarray, np.nda
         texts = [p[-1] for p in pairs]
     else:
         texts = ["\t".join(p) for p in pairs]
-    return minhash.band_hashes(texts, ngram, a, b, bands, rows)
+    return minhash.signatures(texts, ngram, a, b, bands, rows)
 
 
 class NearDedupStep(Step):
@@ -114,16 +127,23 @@ class NearDedupStep(Step):
             ctx.scratch("signatures"),
         )
         buckets = minhash.Buckets(ctx.scratch("buckets"), config.buckets)
+        sig_path = ctx.scratch("buckets") / "signatures.u16"
         start = 0
         try:
-            with ctx.progress(total, "minhash") as bar:
-                for raw, hashes in shards:
+            with ctx.progress(total, "minhash") as bar, open(sig_path, "wb") as sig_file:
+                for raw, (hashes, short) in shards:
                     buckets.add(hashes, start)
+                    short.tofile(sig_file)
                     start += raw.count
                     bar.update(raw.count)
         finally:
             buckets.close()
-        roots = minhash.union_find(total, buckets.edges())
+        edges = buckets.edges()
+        candidates = [0, 0]
+        if config.min_similarity is not None and total:
+            sigs = np.memmap(sig_path, dtype=np.uint16, mode="r").reshape(total, -1)
+            edges = self._verified(edges, sigs, config.min_similarity, candidates)
+        roots = minhash.union_find(total, edges)
         keep = minhash.keep_one(roots, scores, config.direction == "higher")
         write_kept(ctx.output("corpus"), corpus, keep)
         if table is not None and header is not None:
@@ -136,6 +156,24 @@ class NearDedupStep(Step):
         ctx.metrics["clusters_with_duplicates"] = int((sizes > 1).sum())
         ctx.metrics["largest_cluster"] = int(sizes.max()) if total else 0
         ctx.metrics["threshold"] = round(minhash.threshold(config.bands, config.rows), 3)
+        if config.min_similarity is not None:
+            ctx.stats.add("candidate_pairs", candidates[0])
+            ctx.stats.add("candidate_pairs_below_min_similarity", candidates[0] - candidates[1])
+
+    @staticmethod
+    def _verified(
+        edges: Iterable[tuple[np.ndarray, np.ndarray]],
+        sigs: np.ndarray,
+        floor: float,
+        counts: list[int],
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The candidate pairs whose estimated similarity reaches ``floor``; counts[0] counts
+        the candidates, counts[1] those kept."""
+        for first, other in edges:
+            keep = minhash.similarity(sigs, first, other) >= floor
+            counts[0] += len(first)
+            counts[1] += int(keep.sum())
+            yield first[keep], other[keep]
 
     def _scores(
         self, ctx: StepContext, total: int
