@@ -234,6 +234,28 @@ def shard_numbers(workdir: Path) -> tuple[list[int], list[str]]:
 
 
 @needs_ray
+def test_near_dedup_signatures_on_ray_match_local(tmp_path, registry, enja_3000, cluster):
+    """The near_dedup step's signatures computed by Ray workers on the two-node cluster give
+    the local run's bytes; the 500 repeated pairs (and any near-duplicates) go."""
+    files = {lang: str(path) for lang, path in enja_3000.items()}
+    doc = {
+        "name": "near",
+        "directions": ["en-ja"],
+        "data": {"pool": {"source": "local", "files": files}},
+        "steps": {
+            "near": {"kind": "near_dedup", "inputs": {"corpus": "pool"}, "shard_size": SHARD}
+        },
+    }
+    local = run(doc, registry, tmp_path / "local")
+    doc["executor"] = {"name": "ray", "address": cluster, "workers": 2}
+    remote = run(doc, registry, tmp_path / "ray")
+    assert outputs(tmp_path / "ray") == outputs(tmp_path / "local")
+    counts = remote.manifest("near")["counts"]
+    assert counts == local.manifest("near")["counts"]
+    assert counts["pairs_in"] == PAIRS and counts["near_duplicates"] >= 500
+
+
+@needs_ray
 def test_ray_matches_local_bytes_counts_and_hashes(tmp_path, registry, enja_3000, cluster):
     filters = [
         {"name": "length", "max_length": 80},

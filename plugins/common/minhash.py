@@ -13,23 +13,51 @@ datatrove's defaults (14 bands of 8 rows, 5-grams) that is an S-curve through 0.
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-import regex
 
-_DROP = regex.compile(r"[\p{P}\p{S}\p{Z}\s\p{Cc}\p{Cf}]+")
-_DIGITS = regex.compile(r"\p{Nd}")
+from mtcore.api import worker_memo
+
 _EMPTY = np.uint64(0)
+_KEEP, _DROP, _DIGIT = 0, 1, 2
+
+
+def _classes() -> np.ndarray:
+    """Per code point: dropped (punctuation, symbols, separators, control and format
+    characters), a decimal digit (becomes ``0``), or kept. Built once per process (0.4 s)."""
+    table = np.zeros(0x110000, dtype=np.uint8)
+    for point in range(0x110000):
+        category = unicodedata.category(chr(point))
+        if category[0] in "PSZ" or category in ("Cc", "Cf"):
+            table[point] = _DROP
+        elif category == "Nd":
+            table[point] = _DIGIT
+    return table
+
+
+def _prepared(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The normalized texts as one code-point array and its offsets: NFKC and case folding
+    in Python (C code), the character classes in the compiled kernel."""
+    kernels = _kernel()
+    folded = [
+        text.casefold() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+        for text in texts
+    ]
+    codes = np.frombuffer("".join(folded).encode("utf-32-le"), dtype=np.uint32)
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in folded], out=offsets[1:])
+    return kernels["filter"](codes, offsets, worker_memo(("minhash classes",), _classes))  # type: ignore[operator, no-any-return]
 
 
 def normalize_for_minhash(text: str) -> str:
     """What near-duplicates share: ``"Page 12 of 40 — News!"`` and ``"page 3 of 41: news"``
     both become ``"page0of00news"``."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return _DIGITS.sub("0", _DROP.sub("", text))
+    codes, _ = _prepared([text])
+    return codes.astype("<u4").tobytes().decode("utf-32-le")
 
 
 def hash_params(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -43,6 +71,23 @@ def hash_params(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _kernels():  # type: ignore[no-untyped-def]
     import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def filter_codes(codes, offsets, classes):  # type: ignore[no-untyped-def]
+        out = np.empty(len(codes), dtype=np.uint32)
+        new_offsets = np.zeros(len(offsets), dtype=np.int64)
+        n = 0
+        for doc in range(len(offsets) - 1):
+            for i in range(offsets[doc], offsets[doc + 1]):
+                kind = classes[codes[i]]
+                if kind == 0:
+                    out[n] = codes[i]
+                    n += 1
+                elif kind == 2:
+                    out[n] = 48  # "0"
+                    n += 1
+            new_offsets[doc + 1] = n
+        return out[:n], new_offsets
 
     @numba.njit(cache=True, nogil=True)
     def mix(x):  # type: ignore[no-untyped-def]
@@ -84,10 +129,16 @@ def _kernels():  # type: ignore[no-untyped-def]
                 short[doc, k] = np.uint16(sig[k] & np.uint64(0xFFFF))
         return out, short
 
-    return band_hashes
+    return {"filter": filter_codes, "minhash": band_hashes}
 
 
-_KERNEL: list[object] = []
+_KERNEL: list[dict[str, object]] = []
+
+
+def _kernel() -> dict[str, object]:
+    if not _KERNEL:
+        _KERNEL.append(_kernels())
+    return _KERNEL[0]
 
 
 def band_hashes(
@@ -104,29 +155,44 @@ def signatures(
     """Band hashes as :func:`band_hashes`, and (len(texts), bands * rows) uint16: the low 16
     bits of each MinHash value, for estimating a candidate pair's similarity
     (:func:`similarity`; two different values agree by chance once in 65,536)."""
-    if not _KERNEL:
-        _KERNEL.append(_kernels())
-    kernel = _KERNEL[0]
-    normalized = [normalize_for_minhash(t) for t in texts]
-    codes = np.frombuffer("".join(normalized).encode("utf-32-le"), dtype=np.uint32)
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum([len(t) for t in normalized], out=offsets[1:])
-    hashes, short = kernel(codes, offsets, ngram, a, b, bands, rows)  # type: ignore[operator]
+    codes, offsets = _prepared(texts)
+    hashes, short = _kernel()["minhash"](codes, offsets, ngram, a, b, bands, rows)  # type: ignore[operator]
     return hashes, short
 
 
-def similarity(sigs: np.ndarray, first: np.ndarray, other: np.ndarray) -> np.ndarray:
+class SignatureFile:
+    """The (pairs, values) uint16 signatures a step wrote to disk, read row by row with
+    ``pread``: a memory map would keep every page it touched (and the kernel's fault-around
+    neighbours) in the process's resident memory, the whole file at scale."""
+
+    def __init__(self, path: Path, width: int) -> None:
+        self.path = path
+        self.width = width
+
+    def rows(self, index: np.ndarray) -> np.ndarray:
+        size = self.width * 2
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            data = b"".join(os.pread(fd, size, int(i) * size) for i in index)
+        finally:
+            os.close(fd)
+        return np.frombuffer(data, dtype=np.uint16).reshape(len(index), self.width)
+
+
+def similarity(
+    sigs: np.ndarray | SignatureFile, first: np.ndarray, other: np.ndarray
+) -> np.ndarray:
     """The estimated Jaccard similarity of each pair (first[i], other[i]): the share of their
-    MinHash values that agree (``sigs`` may be a memory-mapped file: rows are read per pair)."""
+    MinHash values that agree. ``sigs``: the signatures in memory, or on disk."""
     if not len(first):
         return np.zeros(0)
-    order = np.argsort(first, kind="stable")  # nearer reads on a memory-mapped file
-    agree = np.empty(len(first))
-    step = 65_536
-    for low in range(0, len(order), step):
-        rows = order[low : low + step]
-        agree[rows] = (sigs[first[rows]] == sigs[other[rows]]).mean(axis=1)
-    return agree
+    if isinstance(sigs, np.ndarray):
+        return (sigs[first] == sigs[other]).mean(axis=1)  # type: ignore[no-any-return]
+    needed = np.unique(np.concatenate([first, other]))
+    table = sigs.rows(needed)
+    a = table[np.searchsorted(needed, first)]
+    b = table[np.searchsorted(needed, other)]
+    return (a == b).mean(axis=1)  # type: ignore[no-any-return]
 
 
 def threshold(bands: int, rows: int) -> float:

@@ -18,6 +18,7 @@ Settings default to datatrove's minhash deduplication (5-grams, 14 bands x 8 row
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -141,8 +142,7 @@ class NearDedupStep(Step):
         edges = buckets.edges()
         candidates = [0, 0]
         if config.min_similarity is not None and total:
-            sigs = np.memmap(sig_path, dtype=np.uint16, mode="r").reshape(total, -1)
-            edges = self._verified(edges, sigs, config.min_similarity, candidates)
+            edges = self._verified(edges, sig_path, total, config.min_similarity, candidates)
         roots = minhash.union_find(total, edges)
         keep = minhash.keep_one(roots, scores, config.direction == "higher")
         write_kept(ctx.output("corpus"), corpus, keep)
@@ -163,12 +163,16 @@ class NearDedupStep(Step):
     @staticmethod
     def _verified(
         edges: Iterable[tuple[np.ndarray, np.ndarray]],
-        sigs: np.ndarray,
+        sig_path: Path,
+        total: int,
         floor: float,
         counts: list[int],
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The candidate pairs whose estimated similarity reaches ``floor``; counts[0] counts
-        the candidates, counts[1] those kept."""
+        the candidates, counts[1] those kept. Only one bucket's rows of the signature file
+        are in memory at a time."""
+        width = sig_path.stat().st_size // (2 * total)
+        sigs = minhash.SignatureFile(sig_path, width)
         for first, other in edges:
             keep = minhash.similarity(sigs, first, other) >= floor
             counts[0] += len(first)
