@@ -141,19 +141,12 @@ def _kernel() -> dict[str, object]:
     return _KERNEL[0]
 
 
-def band_hashes(
-    texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, bands: int, rows: int
-) -> np.ndarray:
-    """(len(texts), bands) uint64: each normalized text's band hashes (0 for a text that is
-    empty after normalization: it joins no cluster)."""
-    return signatures(texts, ngram, a, b, bands, rows)[0]
-
-
 def signatures(
     texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, bands: int, rows: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Band hashes as :func:`band_hashes`, and (len(texts), bands * rows) uint16: the low 16
-    bits of each MinHash value, for estimating a candidate pair's similarity
+    """(len(texts), bands) uint64: each normalized text's band hashes (0 for a text that is
+    empty after normalization: it joins no cluster); and (len(texts), bands * rows) uint16:
+    the low 16 bits of each MinHash value, for estimating a candidate pair's similarity
     (:func:`similarity`; two different values agree by chance once in 65,536)."""
     codes, offsets = _prepared(texts)
     hashes, short = _kernel()["minhash"](codes, offsets, ngram, a, b, bands, rows)  # type: ignore[operator]

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import (
+    NOT_IDENTITY,
     BlockReader,
     Corpus,
     DataError,
@@ -71,8 +72,15 @@ class NearDedupConfig(PluginConfig):
         le=4096,
         description="bucket files the band hashes are spread over: a bucket holds "
         "pairs x bands / buckets records of 16 bytes, the most held in memory at once",
+        json_schema_extra=NOT_IDENTITY,
     )
-    shard_size: int = Field(50_000, ge=1, le=10_000_000, description="pairs per shard")
+    shard_size: int = Field(
+        50_000,
+        ge=1,
+        le=10_000_000,
+        description="pairs per shard",
+        json_schema_extra=NOT_IDENTITY,
+    )
 
 
 def _shard_hashes(task: tuple[Any, tuple[str, ...], str, int, np.ndarray, np.ndarray, int, int]):  # type: ignore[no-untyped-def]
