@@ -181,6 +181,7 @@ if TYPE_CHECKING:
         select_pool as select_pool,
     )
     from mtcore.shards import (
+        AppendLog as AppendLog,
         map_shards as map_shards,
         worker_forget as worker_forget,
         worker_memo as worker_memo,

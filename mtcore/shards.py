@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import pickle
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from mtcore.errors import StepError
 from mtcore.plugin import Executor
@@ -37,30 +38,97 @@ def map_shards(
     fn: Callable[[Any], R],
     shards: Iterable[T],
     make_task: Callable[[T], Any],
-    store: Path,
+    store: Path | None,
+    skip: int = 0,
 ) -> Iterator[tuple[T, R]]:
-    """Yields ``(shard, fn(make_task(shard)))`` in order, reusing results saved in ``store``."""
-    store.mkdir(parents=True, exist_ok=True)
+    """Yields ``(shard, fn(make_task(shard)))`` in order, reusing results saved in ``store``.
+    ``store`` None: results are not saved (the caller keeps its own resume state, as
+    :class:`AppendLog` does); the first ``skip`` shards are read past, neither run nor
+    yielded."""
+    if store is not None:
+        store.mkdir(parents=True, exist_ok=True)
     # Shards read but not yet yielded, saved or submitted, in order. Popped as they are yielded,
     # so memory holds only the shards in flight, never the corpus.
     order: deque[tuple[int, T]] = deque()
 
+    def saved(number: int) -> bool:
+        return store is not None and _path(store, number).exists()
+
     def tasks() -> Iterator[Any]:
         for number, shard in enumerate(shards):
+            if number < skip:
+                continue
             order.append((number, shard))
-            if not _intact(_path(store, number)):
+            if store is None or not _intact(_path(store, number)):
                 yield make_task(shard)
 
     for result in _with_sentinel(executor.map(fn, tasks())):
         # Results arrive in submission order; shards saved by an earlier run sit between them.
-        while order and _path(store, order[0][0]).exists():
+        while order and saved(order[0][0]):
             number, shard = order.popleft()
-            yield shard, _load(_path(store, number))
+            yield shard, _load(_path(store, number))  # type: ignore[arg-type]
         if result is _END:
             return
         number, shard = order.popleft()
-        _save(_path(store, number), result)
+        if store is not None:
+            _save(_path(store, number), result)
         yield shard, result
+
+
+class AppendLog:
+    """Files a step appends each shard's results to (bucket files, a signature file), resumable
+    without keeping the results a second time: after each shard, :meth:`commit` records every
+    file's size (write, then rename). Opened again after a kill, the files are cut back to the
+    last record and :attr:`done` says how many shards it covers (pass it as ``skip`` to
+    :func:`map_shards`). ``layout`` names what shard numbers mean (the shard size): a record
+    of another layout is not reused."""
+
+    def __init__(self, folder: Path, names: Sequence[str], layout: str = "") -> None:
+        self.folder = folder
+        self.names = list(names)
+        self.layout = layout
+        self.state = folder / "appended.json"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.done = 0
+        sizes = dict.fromkeys(self.names, 0)
+        try:
+            record = json.loads(self.state.read_text(encoding="utf-8"))
+            if sorted(record["sizes"]) == sorted(self.names) and record["layout"] == layout:
+                self.done, sizes = int(record["shards"]), record["sizes"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            pass
+        for name in self.names:  # a file shorter than its record: every shard again
+            path = folder / name
+            if (path.stat().st_size if path.exists() else 0) < int(sizes[name]):
+                self.done, sizes = 0, dict.fromkeys(self.names, 0)
+                break
+        self.handles: dict[str, BinaryIO] = {}
+        for name in self.names:
+            path = folder / name
+            handle = open(path, "r+b" if path.exists() else "w+b")  # noqa: SIM115
+            handle.truncate(int(sizes[name]))
+            handle.seek(0, os.SEEK_END)
+            self.handles[name] = handle
+
+    def __getitem__(self, name: str) -> BinaryIO:
+        return self.handles[name]
+
+    def commit(self) -> None:
+        """One more shard is wholly appended."""
+        for handle in self.handles.values():
+            handle.flush()
+        self.done += 1
+        sizes = {name: handle.tell() for name, handle in self.handles.items()}
+        tmp = self.state.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"shards": self.done, "sizes": sizes, "layout": self.layout}),
+            encoding="utf-8",
+        )
+        os.replace(tmp, self.state)
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
 
 
 _END = object()

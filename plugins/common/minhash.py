@@ -17,10 +17,12 @@ import os
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from mtcore.api import worker_memo
+from mtcore_plugins.common.buckets import scatter
 
 _EMPTY = np.uint64(0)
 _KEEP, _DROP, _DIGIT = 0, 1, 2
@@ -198,14 +200,21 @@ class Buckets:
     hash, so that finding equal hashes needs one file in memory at a time (16 bytes a record,
     ``pairs * bands / count`` records a file)."""
 
-    def __init__(self, folder: Path, count: int) -> None:
+    def __init__(self, folder: Path, count: int, handles: Sequence[BinaryIO] | None = None) -> None:
+        """``handles``: the bucket files opened by the caller (an :class:`AppendLog`'s, named
+        as :meth:`name` says), who then closes them; else created here."""
         self.folder = folder
         self.count = count
         folder.mkdir(parents=True, exist_ok=True)
-        self.handles = [open(self.path(i), "wb") for i in range(count)]  # noqa: SIM115
+        self.own = handles is None
+        self.handles = list(handles or [open(self.path(i), "wb") for i in range(count)])  # noqa: SIM115
+
+    @staticmethod
+    def name(number: int) -> str:
+        return f"bucket-{number:05d}.bin"
 
     def path(self, number: int) -> Path:
-        return self.folder / f"bucket-{number:05d}.bin"
+        return self.folder / self.name(number)
 
     def add(self, hashes: np.ndarray, first_index: int) -> None:
         """``hashes`` (n, bands) of pairs ``first_index`` ... ``first_index + n - 1``."""
@@ -216,18 +225,12 @@ class Buckets:
         records: np.ndarray = np.empty((int(keep.sum()), 2), dtype=np.uint64)
         records[:, 0] = flat[keep]
         records[:, 1] = index[keep]
-        where = (records[:, 0] >> np.uint64(40)) % np.uint64(self.count)
-        order = np.argsort(where, kind="stable")
-        records, where = records[order], where[order]
-        bounds = np.searchsorted(where, np.arange(self.count + 1, dtype=np.uint64))
-        for number in range(self.count):
-            low, high = bounds[number], bounds[number + 1]
-            if high > low:
-                records[low:high].tofile(self.handles[number])
+        scatter(records, (records[:, 0] >> np.uint64(40)) % np.uint64(self.count), self.handles)
 
     def close(self) -> None:
-        for handle in self.handles:
-            handle.close()
+        if self.own:
+            for handle in self.handles:
+                handle.close()
 
     def edges(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """Per bucket file: pairs (first, other) of pair numbers sharing a band hash, each

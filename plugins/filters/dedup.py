@@ -7,36 +7,14 @@ six times that), and marks a pair as a duplicate when its key is already there.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 from pydantic import Field
 
 from mtcore.api import Filter, Pair, PluginConfig
-
-_SEP = "\t"
-
-
-def hash_texts(texts: Iterable[str]) -> np.ndarray:
-    """(n, 2) uint64: a 128-bit BLAKE2b digest of each text's UTF-8 bytes."""
-    digest = b"".join(hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest() for t in texts)
-    return np.frombuffer(digest, dtype="<u8").reshape(-1, 2).astype(np.uint64)
-
-
-def normalize_text(text: str) -> str:
-    """The ``normalize`` comparison: case-folded, whitespace runs collapsed, stripped."""
-    return " ".join(text.casefold().split())
-
-
-def pair_keys(pairs: Sequence[Pair], key: str, normalize: bool) -> np.ndarray:
-    def text(pair: Pair) -> str:
-        parts = pair[:1] if key == "source" else pair[-1:] if key == "target" else pair
-        joined = _SEP.join(parts)
-        return normalize_text(joined) if normalize else joined
-
-    return hash_texts(text(p) for p in pairs)
+from mtcore_plugins.common.keys import block_keys, pair_keys
 
 
 class KeySet:
@@ -118,18 +96,7 @@ class DedupFilter(Filter):
         self.seen = KeySet()
 
     def prepare_block(self, block: Any) -> np.ndarray:
-        if self.config.normalize:
-            return pair_keys(block.pairs(), self.config.key, True)
-        # The same digests as pair_keys, straight from the UTF-8 bytes of the lines.
-        columns = block.columns
-        if self.config.key == "source":
-            columns = columns[:1]
-        elif self.config.key == "target":
-            columns = columns[-1:]
-        sides = [c.raw.split(b"\n")[:-1] for c in columns]
-        joined = sides[0] if len(sides) == 1 else [b"\t".join(p) for p in zip(*sides, strict=True)]
-        digest = b"".join(hashlib.blake2b(x, digest_size=16).digest() for x in joined)
-        return np.frombuffer(digest, dtype="<u8").reshape(-1, 2).astype(np.uint64)
+        return block_keys(block, self.config.key, self.config.normalize)
 
     def score(self, batch: Sequence[Pair] | np.ndarray) -> list[int]:
         keys = (

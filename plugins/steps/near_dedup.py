@@ -8,9 +8,10 @@ of three, and union-find chains them into clusters of unrelated pairs.
 
 Crawled bitext and back-translation pools repeat boilerplate with a changed number, the same
 sentence with other punctuation or casing; exact dedup keeps every variant. Memory stays
-bounded: signatures are computed per shard over the executor (local processes, Slurm or Ray;
-saved, so a killed run resumes them), their band hashes go to ``buckets`` files on disk, one
-file at a time is sorted in memory, and the clusters are a union-find array of 4 bytes a pair.
+bounded: signatures are computed per shard over the executor (local processes, Slurm or Ray),
+their band hashes go to ``buckets`` files on disk (appended with a record of the files' sizes
+after each shard, so a killed run resumes after the last whole shard), one file at a time is
+sorted in memory, and the clusters are a union-find array of 4 bytes a pair.
 On disk: 16 bytes a band hash, 2 bytes a MinHash value (datatrove's defaults: 448 bytes a pair).
 Settings default to datatrove's minhash deduplication (5-grams, 14 bands x 8 rows).
 """
@@ -25,21 +26,20 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import (
-    NOT_IDENTITY,
-    BlockReader,
+    AppendLog,
     Corpus,
-    DataError,
-    PluginConfig,
     Step,
     StepContext,
-    map_shards,
 )
 from mtcore_plugins.common import minhash
-from mtcore_plugins.steps.score import SCORES_FILE, read_scores
+from mtcore_plugins.common.buckets import BucketedConfig, appended_shards
+from mtcore_plugins.steps.score import scores_input
 from mtcore_plugins.steps.select import write_kept, write_scores
 
+SIGNATURES = "signatures.u16"
 
-class NearDedupConfig(PluginConfig):
+
+class NearDedupConfig(BucketedConfig):
     key: Literal["pair", "source", "target"] = Field(
         "pair",
         description="what must not repeat: the whole pair (both sides near-identical), or one "
@@ -56,30 +56,6 @@ class NearDedupConfig(PluginConfig):
         description="estimated Jaccard similarity (the share of agreeing MinHash values) an "
         "LSH candidate pair must reach to join a cluster; null: every candidate joins, as in "
         "datatrove (pairs sharing one long sentence then chain clusters together)",
-    )
-    column: str | None = Field(
-        None,
-        min_length=1,
-        description="score column (of the `scores` input, a score step's table) whose best "
-        "member of a cluster is kept; without it, the first pair in corpus order",
-    )
-    direction: Literal["higher", "lower"] = Field(
-        "higher", description="which scores of `column` are better"
-    )
-    buckets: int = Field(
-        64,
-        ge=1,
-        le=4096,
-        description="bucket files the band hashes are spread over: a bucket holds "
-        "pairs x bands / buckets records of 16 bytes, the most held in memory at once",
-        json_schema_extra=NOT_IDENTITY,
-    )
-    shard_size: int = Field(
-        50_000,
-        ge=1,
-        le=10_000_000,
-        description="pairs per shard",
-        json_schema_extra=NOT_IDENTITY,
     )
 
 
@@ -108,45 +84,42 @@ class NearDedupStep(Step):
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
 
     def check(self, registry: Any) -> list[tuple[str, str]]:
-        problems = super().check(registry)
-        if self.config.column is None and "direction" in self.config.model_fields_set:
-            problems.append(("direction", "applies with `column` (a score column) only"))
-        return problems
+        return super().check(registry) + self.config.direction_problems()
 
     def run(self, ctx: StepContext) -> None:
         config = self.config
         corpus = Corpus.open(ctx.inputs["corpus"].path)
         total = corpus.count()
-        header, table, scores = self._scores(ctx, total)
+        header, table, scores = scores_input(ctx, config.column, total)
         a, b = minhash.hash_params(config.bands * config.rows, config.seed)
-        shards = map_shards(
-            ctx.executor,
-            _shard_hashes,
-            BlockReader(corpus.files(), config.shard_size),
-            lambda raw: (
-                raw,
-                corpus.langs,
-                config.key,
-                config.ngram,
-                a,
-                b,
-                config.bands,
-                config.rows,
-            ),
-            ctx.scratch("signatures"),
-        )
-        buckets = minhash.Buckets(ctx.scratch("buckets"), config.buckets)
-        sig_path = ctx.scratch("buckets") / "signatures.u16"
-        start = 0
+        folder = ctx.scratch("buckets")
+        names = [minhash.Buckets.name(i) for i in range(config.buckets)]
+        log = AppendLog(folder, [*names, SIGNATURES], layout=f"shard_size={config.shard_size}")
+        buckets = minhash.Buckets(folder, config.buckets, [log[n] for n in names])
         try:
-            with ctx.progress(total, "minhash") as bar, open(sig_path, "wb") as sig_file:
-                for raw, (hashes, short) in shards:
-                    buckets.add(hashes, start)
-                    short.tofile(sig_file)
-                    start += raw.count
-                    bar.update(raw.count)
+            for start, (hashes, short) in appended_shards(
+                ctx,
+                _shard_hashes,
+                corpus,
+                lambda raw: (
+                    raw,
+                    corpus.langs,
+                    config.key,
+                    config.ngram,
+                    a,
+                    b,
+                    config.bands,
+                    config.rows,
+                ),
+                log,
+                config.shard_size,
+                "minhash",
+            ):
+                buckets.add(hashes, start)
+                short.tofile(log[SIGNATURES])
         finally:
-            buckets.close()
+            log.close()
+        sig_path = folder / SIGNATURES
         edges = buckets.edges()
         candidates = [0, 0]
         if config.min_similarity is not None and total:
@@ -186,35 +159,3 @@ class NearDedupStep(Step):
             counts[0] += len(first)
             counts[1] += int(keep.sum())
             yield first[keep], other[keep]
-
-    def _scores(
-        self, ctx: StepContext, total: int
-    ) -> tuple[list[str] | None, np.ndarray | None, np.ndarray | None]:
-        config = self.config
-        artifact = ctx.inputs.get("scores")
-        if artifact is None:
-            if config.column is not None:
-                raise DataError(
-                    f"{ctx.step_id}: column {config.column!r} names a score column, but the step "
-                    f"has no `scores` input (a score step's output for the same corpus)"
-                )
-            return None, None, None
-        if artifact.type != "scores":
-            raise DataError(
-                f"{ctx.step_id}: input scores ({artifact.path}) is not a score step's output "
-                f"(artifact type {artifact.type!r})"
-            )
-        header, table = read_scores(artifact.path)
-        if len(table) != total:
-            raise DataError(
-                f"{ctx.step_id}: {artifact.path / SCORES_FILE} has {len(table)} rows but the "
-                f"corpus has {total} pairs: score the same corpus you deduplicate"
-            )
-        if config.column is None:
-            return header, table, None
-        if config.column not in header:
-            raise DataError(
-                f"{ctx.step_id}: score column {config.column!r} is not in "
-                f"{artifact.path / SCORES_FILE} (columns: {', '.join(header)})"
-            )
-        return header, table, table[:, header.index(config.column)]
