@@ -31,6 +31,7 @@ from mtcore.ranking import KeepSpec
 from mtcore.registry import Registry, load_registry
 from mtcore.shards import worker_memo
 from mtcore.textblock import RawBlock, TextBlock
+from mtcore.textkernels import CharClasses
 
 KEPT = -1
 ENGINE_KEYS = ("name", "keep")
@@ -113,6 +114,7 @@ class Chain:
         self.specs = tuple(specs)
         self.langs = langs
         self.filters = [spec.build(registry, langs, resources) for spec in specs]
+        self.classes = CharClasses([chars for f in self.filters for chars in f.char_classes])
         ranked = {i: keep_of(spec) for i, spec in enumerate(specs)}
         self.ranked = {i: keep for i, keep in ranked.items() if keep is not None}
 
@@ -161,13 +163,12 @@ class Chain:
 
 
 def _score(plugin: Filter, block: TextBlock, rows: np.ndarray) -> Any:
-    """Scores of ``rows``: array filters score the whole block and are indexed (cheaper than
+    """Scores of ``rows``: array filters score those rows of the whole block (cheaper than
     building a sub-block), the others score a sub-block of just those rows."""
     if plugin.vectorized:
-        scores = plugin.score_block(block)
         if len(rows) == len(block):
-            return scores
-        return np.asarray(scores)[rows]
+            return plugin.score_block(block)
+        return plugin.score_rows(block, rows)
     sub = block if len(rows) == len(block) else block.take(rows)
     scores = plugin.score_block(sub)
     if len(scores) != len(rows):
@@ -213,12 +214,14 @@ ChainTask = tuple[tuple[ComponentSpec, ...], tuple[str, ...], tuple[tuple[str, s
 def chain_task(task: ChainTask) -> ShardResult:
     """Runs in a worker: decode and check one shard, apply the stateless part of the chain."""
     specs, langs, resources, raw = task
-    return _chain(specs, langs, resources).run_stateless(raw.decode(langs))
+    chain = _chain(specs, langs, resources)
+    return chain.run_stateless(raw.decode(langs, chain.classes))
 
 
 def score_task(task: ChainTask) -> ShardResult:
     specs, langs, resources, raw = task
-    return _chain(specs, langs, resources).run_scores(raw.decode(langs))
+    chain = _chain(specs, langs, resources)
+    return chain.run_scores(raw.decode(langs, chain.classes))
 
 
 # --- the driver side ------------------------------------------------------------------------

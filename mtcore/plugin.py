@@ -107,6 +107,10 @@ class Filter(Plugin):
     vectorized: ClassVar[bool] = False
     """True when ``score_block`` is array code that is cheaper on a whole shard than on a
     subset: the engine then scores whole shards and indexes the pairs still alive."""
+    char_classes: ClassVar[tuple[str, ...]] = ()
+    """Sets of characters whose per-line counts the filter reads with
+    ``TextColumn.count_chars(chars)``: the engine counts the sets of the whole chain in the
+    pass that decodes a shard (eight at most; others are counted when asked)."""
     batch_dependent: ClassVar[bool] = False
     """True when a pair's score depends on the other pairs scored with it. A fitted filter
     (``fit_size``) may be so only when scored without its fit (called directly): the engine
@@ -154,6 +158,14 @@ class Filter(Plugin):
         """Scores of every pair of a :class:`mtcore.textblock.TextBlock`: an array of shape
         (n,) or (n, k), or a list as ``score`` returns."""
         return self.score(block.pairs())
+
+    def score_rows(self, block: Any, rows: Any) -> Any:
+        """Vectorized filters: the scores of the pairs at ``rows`` (sorted indices, the pairs
+        still alive in the chain) of ``block``, as ``score_block(block)[rows]``. A filter whose
+        kernel works line by line overrides it to score those lines alone."""
+        import numpy as np
+
+        return np.asarray(self.score_block(block))[rows]
 
     def prepare_block(self, block: Any) -> Any:
         """Stateful filters only: the per-pair items (hashes, say) that ``score`` will see in

@@ -17,6 +17,7 @@ decoded only if something asks for it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -32,7 +33,9 @@ from mtcore.errors import DataError
 from mtcore.plugin import Pair
 from mtcore.textkernels import (
     BAD_CHARS,
+    NO_CLASSES,
     SPACE_LUT,
+    CharClasses,
     count_codes,
     decode_column,
     word_stats,
@@ -62,22 +65,32 @@ class TextColumn:
     def __init__(self, raw: bytes, count: int, text: str | None = None) -> None:
         self.raw = raw
         self.count = count
+        self.fused: dict[str, np.ndarray] = {}  # per-line counts of character sets, if decoded
         if text is not None:
             self.__dict__["text"] = text
 
     @classmethod
-    def decoded(cls, raw: bytes, count: int, path: str, first_line: int) -> TextColumn:
+    def decoded(
+        cls,
+        raw: bytes,
+        count: int,
+        path: str,
+        first_line: int,
+        classes: CharClasses = NO_CLASSES,
+    ) -> TextColumn:
         """The column of ``count`` lines of a corpus file, checked (invalid UTF-8, NUL,
         line-break characters, a BOM are errors naming file and line) and decoded to code
-        points in one compiled pass; its text is decoded only if a filter asks for it."""
-        arrays = decode_column(raw, count)
+        points in one compiled pass, which also counts the characters of ``classes`` per line
+        (read by :meth:`count_chars`); its text is decoded only if a filter asks for it."""
+        arrays = decode_column(raw, count, classes)
         if arrays is None or (first_line == 1 and len(arrays[0]) and arrays[0][0] == 0xFEFF):
             # what is wrong and where: Python's own decoder says it (and raises)
             return cls(raw, count, _checked_text(raw, path, first_line))
         column = cls(raw, count)
-        codes, ends, byte_ends, words, longest = arrays
+        codes, ends, byte_ends, words, longest, counts = arrays
         column.__dict__.update(codes=codes, ends=ends, byte_ends=byte_ends)
         column.__dict__["_word_stats"] = (words, longest)
+        column.fused = {chars: counts[:, bit] for bit, chars in enumerate(classes.names)}
         return column
 
     @classmethod
@@ -156,6 +169,14 @@ class TextColumn:
         :func:`code_table` makes; code points past its end count as false)."""
         return count_codes(self.codes, self.starts, self.ends, table)
 
+    def count_chars(self, chars: str) -> np.ndarray:
+        """Per-line count of the characters of ``chars``: from the decoding pass when a filter
+        of the chain declared ``chars`` in ``char_classes``, else counted now."""
+        fused = self.fused.get(chars)
+        if fused is not None:
+            return fused.astype(np.int64)
+        return self.count_codes(_chars_table(chars))
+
     def count_in(self, mask: np.ndarray) -> np.ndarray:
         """Per-line count of code points where ``mask`` (aligned with ``codes``) is true."""
         return segment_sums(mask, self.starts, self.ends)
@@ -212,6 +233,11 @@ class TextBlock:
         return TextBlock([c.take(rows) for c in self.columns], self.langs, self.first_line)
 
 
+@functools.lru_cache(maxsize=64)
+def _chars_table(chars: str) -> np.ndarray:
+    return code_table(chars)
+
+
 def code_table(chars: str) -> np.ndarray:
     """A boolean table over code points, true for the characters of ``chars``."""
     points = [ord(c) for c in chars]
@@ -253,11 +279,12 @@ class RawBlock:
         self.paths = paths  # type: ignore[assignment]
         self.ends = ()
 
-    def decode(self, langs: Sequence[str]) -> TextBlock:
+    def decode(self, langs: Sequence[str], classes: CharClasses = NO_CLASSES) -> TextBlock:
         """Decode and check every side (invalid UTF-8, NUL, line-break characters, BOM are
-        errors naming file and line); runs in the worker."""
+        errors naming file and line), counting the characters of ``classes`` per line; runs in
+        the worker."""
         columns = [
-            TextColumn.decoded(raw, self.count, path, self.first_line)
+            TextColumn.decoded(raw, self.count, path, self.first_line, classes)
             for raw, path in zip(self.raws, self.paths, strict=True)
         ]
         return TextBlock(columns, langs, self.first_line)

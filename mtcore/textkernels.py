@@ -10,6 +10,8 @@ still gets it, decoded then.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numba
 import numpy as np
 
@@ -66,16 +68,19 @@ def _sequence(raw: np.ndarray, i: int, lead: int) -> tuple[int, int]:  # pragma:
 
 @numba.njit(cache=True, nogil=True)
 def _decode(
-    raw: np.ndarray, count: int, kinds: np.ndarray
+    raw: np.ndarray, count: int, kinds: np.ndarray, classes: np.ndarray
 ) -> tuple[
-    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int
 ]:  # pragma: no cover (compiled)
     codes = np.empty(len(raw), dtype=np.uint32)
     ends = np.zeros(count + 1, dtype=np.int64)  # one spare: a surplus line is an error anyway
     byte_ends = np.zeros(count + 1, dtype=np.int64)
     words = np.zeros(count + 1, dtype=np.int64)
     longest = np.zeros(count + 1, dtype=np.int64)
+    counts = np.zeros((count + 1, 8), dtype=np.int32)  # per line, per character class
+    acc = np.zeros(8, dtype=np.int32)
     top = len(kinds)
+    ncls = len(classes)
     i = m = line = w = run = best = 0
     inside = 0  # 1 while in a word
     while i < len(raw):
@@ -96,8 +101,13 @@ def _decode(
         else:
             code, size = _sequence(raw, i, lead)
             if size == 0:
-                return codes, ends, byte_ends, words, longest, i
+                return codes, ends, byte_ends, words, longest, counts, i
             i += size
+        if code < ncls:
+            bits = classes[code]
+            if bits:
+                for b in range(8):
+                    acc[b] += (bits >> b) & 1
         kind = kinds[code] if code < top else WORD
         # branch-free word counting: words and spaces alternate too often to predict
         word = int(kind == WORD)
@@ -107,25 +117,50 @@ def _decode(
         best = max(best, run)
         if kind >= NEWLINE:
             if kind == FORBIDDEN or line == count:
-                return codes, ends, byte_ends, words, longest, i - 1
+                return codes, ends, byte_ends, words, longest, counts, i - 1
             ends[line] = m
             byte_ends[line] = i - 1
             words[line] = w
             longest[line] = best
             w = best = 0
+            for b in range(8):
+                counts[line, b] = acc[b]
+                acc[b] = 0
             line += 1
         codes[m] = code
         m += 1
     if line != count:
-        return codes, ends, byte_ends, words, longest, len(raw)
-    return codes[:m], ends[:count], byte_ends[:count], words[:count], longest[:count], -1
+        return codes, ends, byte_ends, words, longest, counts, len(raw)
+    tail = (codes[:m], ends[:count], byte_ends[:count], words[:count], longest[:count])
+    return (*tail, counts[:count], -1)
 
 
-def decode_column(raw: bytes, count: int) -> tuple[np.ndarray, ...] | None:
-    """``(codes, ends, byte_ends, word_count, longest_word)`` of ``count`` lines of UTF-8, each
-    ending in ``\\n``; ``None`` when the bytes are not valid UTF-8, hold a forbidden character
-    or another number of lines (the caller finds what and where, for its message)."""
-    codes, *arrays, error = _decode(np.frombuffer(raw, dtype=np.uint8), count, KINDS)
+class CharClasses:
+    """Up to eight sets of characters whose per-line counts the decoding pass computes for a
+    whole chain (a filter names its sets in ``Filter.char_classes``); sets past the eighth
+    are counted by their filters' own pass."""
+
+    def __init__(self, sets: Sequence[str] = ()) -> None:
+        self.names = tuple(dict.fromkeys(s for s in sets if s))[:8]
+        top = max((ord(c) for chars in self.names for c in chars), default=-1)
+        self.table = np.zeros(top + 1, dtype=np.uint8)
+        for bit, chars in enumerate(self.names):
+            for c in chars:
+                self.table[ord(c)] |= 1 << bit
+
+
+NO_CLASSES = CharClasses()
+
+
+def decode_column(
+    raw: bytes, count: int, classes: CharClasses = NO_CLASSES
+) -> tuple[np.ndarray, ...] | None:
+    """``(codes, ends, byte_ends, word_count, longest_word, class_counts)`` of ``count`` lines
+    of UTF-8, each ending in ``\\n`` (``class_counts``: (lines, 8) int32, per line the
+    characters of each of ``classes``); ``None`` when the bytes are not valid UTF-8, hold a
+    forbidden character or another number of lines (the caller finds what and where, for its
+    message)."""
+    codes, *arrays, error = _decode(np.frombuffer(raw, dtype=np.uint8), count, KINDS, classes.table)
     if error >= 0:
         return None
     if 4 * len(codes) < 3 * len(raw):  # multi-byte text: free the room its bytes would need

@@ -21,7 +21,8 @@ from mtcore.filtering import KEPT, Chain, StatefulStage, check_chain, make_specs
 from mtcore.ranking import KeepSpec, ranked_cut
 from mtcore.recipe import build_recipe
 from mtcore.runner import Runner
-from mtcore.textblock import BlockReader, TextBlock
+from mtcore.textblock import BlockReader, RawBlock, TextBlock
+from mtcore.textkernels import BAD_CHARS
 from mtcore_plugins.filters.dedup import KeySet
 from mtcore_plugins.sources.gettext import GettextSource
 
@@ -129,10 +130,14 @@ def test_repetition_equals_the_regex_on_raw_news_length_chinese_and_english(regi
         pairs.append((a[:i] + sep.join([a[i : i + size]] * times) + a[i:], b))
         pairs.append((a, b[:j] + sep.join([b[j : j + size]] * times) + b[j:]))
     plugin = build(registry, "repetition")
-    scores = plugin.score_block(TextBlock.from_pairs(pairs, ("zh", "en")))
+    block = TextBlock.from_pairs(pairs, ("zh", "en"))
+    scores = plugin.score_block(block)
     expected = [max(reference_repetitions(s) for s in pair) for pair in pairs]
     assert scores.tolist() == expected
     assert sum(1 for e in expected if e) > 300
+    # the pairs still alive in a chain, scored alone: the same scores
+    rows = np.flatnonzero(np.random.default_rng(3).random(len(pairs)) < 0.6)
+    assert plugin.score_rows(block, rows).tolist() == [expected[r] for r in rows]
 
 
 class _Reference(HTMLParser):
@@ -170,25 +175,40 @@ def test_html_tag_equals_a_full_parse_on_real_markup(registry):
         ("<a href='x'", "x"),  # unterminated attribute
     ]
     plugin = build(registry, "html_tag")
-    scores = plugin.score_block(TextBlock.from_pairs(pairs, LANGS))
+    block = TextBlock.from_pairs(pairs, LANGS)
+    scores = plugin.score_block(block)
     expected = [[int(reference_has_tag(side)) for side in pair] for pair in pairs]
     assert scores.tolist() == expected
     assert sum(any(e) for e in expected) > 50
+    rows = np.flatnonzero(np.random.default_rng(4).random(len(pairs)) < 0.5)
+    assert plugin.score_rows(block, rows).tolist() == [expected[r] for r in rows]
 
 
 def test_numerals_and_punctuation_equal_opusfilter_formulas(registry):
+    """Both from their own counts (a block built from lines) and from the counts the
+    decoding pass makes for the chain (a block read from files)."""
     pairs = real_pairs(2000) + ui_pairs()[:5000]
     pairs += [("Call 555-1234 now.", "555-1243に電話"), ("Room 101", "部屋"), ("0 0 0", "0")]
     numerals = build(registry, "nonzero_numerals")
+    punct = build(registry, "terminal_punctuation")
     got = numerals.score_block(TextBlock.from_pairs(pairs, LANGS))
+    chain = Chain(make_specs(["nonzero_numerals", "terminal_punctuation"]), registry, LANGS)
+    assert chain.classes.names == ("123456789", ".?!…")
+    # a corpus file holds no line breaks inside a line (some UI strings do)
+    rows = [i for i, p in enumerate(pairs) if not any(b in s for s in p for b in BAD_CHARS)]
+    sides = [("".join(pairs[r][i] + "\n" for r in rows)).encode() for i in (0, 1)]
+    ends = tuple(np.flatnonzero(np.frombuffer(s, dtype=np.uint8) == 10) for s in sides)
+    fused = RawBlock(tuple(sides), ends, 1, ("a", "b")).decode(LANGS, chain.classes)
+    assert all(c.fused for c in fused.columns) and len(rows) > 6000
+    assert numerals.score_block(fused).tolist() == got[rows].tolist()
 
     def ratio(a: str, b: str) -> float:
         digits = [[int(c) for c in s if c in string.digits and c != "0"] for s in (a, b)]
         return difflib.SequenceMatcher(None, *digits).ratio()
 
     assert got.tolist() == [ratio(a, b) for a, b in pairs]
-    punct = build(registry, "terminal_punctuation")
     got = punct.score_block(TextBlock.from_pairs(pairs, LANGS))
+    assert punct.score_block(fused).tolist() == got[rows].tolist()
 
     def penalty(a: str, b: str) -> float:
         s, t = (sum(c in ".?!…" for c in x) for x in (a, b))

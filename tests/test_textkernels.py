@@ -11,7 +11,7 @@ import pytest
 from mtcore.corpus import BOM
 from mtcore.errors import DataError
 from mtcore.textblock import TextColumn
-from mtcore.textkernels import BAD_CHARS, decode_column
+from mtcore.textkernels import BAD_CHARS, CharClasses, decode_column
 from tests.conftest import SHARED
 
 RAW_TEXT = [
@@ -29,7 +29,10 @@ def reference(raw: bytes) -> tuple[np.ndarray, ...]:
 
 
 def same(got: tuple[np.ndarray, ...] | None, want: tuple[np.ndarray, ...]) -> bool:
-    return got is not None and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    """The arrays ``reference`` derives (the class counts after them are tested apart)."""
+    return got is not None and all(
+        np.array_equal(g, w) for g, w in zip(got[: len(want)], want, strict=True)
+    )
 
 
 @pytest.mark.parametrize("name", RAW_TEXT)
@@ -121,3 +124,30 @@ def test_decoded_column_errors_name_file_and_line():
     # a BOM after the file's first line is a character like others (the input policy's to judge)
     column = TextColumn.decoded((BOM + "ok\n").encode(), 1, "c.ja", 5)
     assert column.line(0) == BOM + "ok"
+
+
+# Sets a chain's filters count (terminal punctuation, digits), and others on purpose: CJK
+# punctuation, a character above U+FFFF, overlapping sets, more than eight sets.
+CLASS_SETS = [".?!…", "123456789", "。、\uff01\uff1f", "\U0001f600a", "aeiou", "a", " ", "0"]
+CLASS_SETS += ["x", "y"]
+
+
+@pytest.mark.parametrize("name", RAW_TEXT)
+def test_class_counts_of_the_decoding_pass_are_python_counts(name):
+    """Per line and per set, the count the decoding pass makes is ``sum(ch in set for ch in
+    line)``; past the eighth set, ``count_chars`` counts on its own, the same way."""
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"{path} is not in ../shared/data")
+    raw = path.read_bytes() + "😀 a. 1…\n".encode()
+    lines = raw.decode("utf-8").split("\n")[:-1]
+    classes = CharClasses(CLASS_SETS)
+    assert classes.names == tuple(CLASS_SETS[:8])
+    column = TextColumn.decoded(raw, len(lines), str(path), 1, classes)
+    plain = TextColumn.decoded(raw, len(lines), str(path), 1)
+    for chars in CLASS_SETS:
+        want = [sum(ch in chars for ch in line) for line in lines]
+        assert column.count_chars(chars).tolist() == want, chars
+        assert plain.count_chars(chars).tolist() == want, chars
+    assert set(column.fused) == set(CLASS_SETS[:8]) and not plain.fused
+    assert column.count_chars(".?!…").sum() > 0 and column.count_chars("123456789").sum() > 0

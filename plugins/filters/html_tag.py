@@ -82,10 +82,20 @@ def has_tag(text: str) -> bool:
     return probe.found
 
 
-def tagged_lines(column: TextColumn) -> np.ndarray:
-    out = np.zeros(column.count, dtype=bool)
-    for row in column.lines_with(_CANDIDATE):  # the candidate lines alone are decoded
-        out[row] = has_tag(column.line(int(row)))
+def tagged_lines(column: TextColumn, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per line (of ``rows`` only, if given, sorted): whether it holds an element."""
+    candidates = column.lines_with(_CANDIDATE)
+    if rows is None:
+        out = np.zeros(column.count, dtype=bool)
+        at = candidates
+    else:
+        out = np.zeros(len(rows), dtype=bool)
+        at = np.searchsorted(rows, candidates)
+        inside = at < len(rows)
+        inside[inside] = rows[at[inside]] == candidates[inside]
+        candidates, at = candidates[inside], at[inside]
+    for row, slot in zip(candidates.tolist(), at.tolist(), strict=True):
+        out[slot] = has_tag(column.line(row))  # the candidate lines alone are decoded
     return out
 
 
@@ -101,7 +111,10 @@ class HtmlTagFilter(ArrayFilter):
     higher_is_better = False
 
     def score_block(self, block: TextBlock) -> np.ndarray:
-        return np.stack([tagged_lines(c) for c in block.columns], axis=1).astype(np.int8)
+        return self.score_rows(block, None)
+
+    def score_rows(self, block: TextBlock, rows: np.ndarray | None) -> np.ndarray:
+        return np.stack([tagged_lines(c, rows) for c in block.columns], axis=1).astype(np.int8)
 
     def accept_block(self, scores: np.ndarray) -> np.ndarray:
         return np.asarray(~np.asarray(scores).reshape(len(scores), -1).any(axis=1))

@@ -237,14 +237,18 @@ class RepetitionFilter(ArrayFilter):
         match = self.pattern.search(text)
         return match.group(0).count(match.group(1)) - 1 if match else 0
 
-    def column_scores(self, column: TextColumn) -> np.ndarray:
+    def column_scores(self, column: TextColumn, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per line (of ``rows`` only, if given), the score of one column."""
         c = self.config
-        if not column.count:
+        starts, ends = column.starts, column.ends
+        if rows is not None:
+            starts, ends = starts[rows], ends[rows]
+        if not len(starts):
             return np.zeros(0, dtype=np.int64)
         first, unit, stop = _first_matches(
             column.codes,
-            column.starts,
-            column.ends,
+            starts,
+            ends,
             c.min_length,
             c.max_length,
             c.threshold,
@@ -253,7 +257,10 @@ class RepetitionFilter(ArrayFilter):
         return _scores(column.codes, first, unit, stop)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
-        per_side = [self.column_scores(col) for col in block.columns]
+        return self.score_rows(block, None)
+
+    def score_rows(self, block: TextBlock, rows: np.ndarray | None) -> np.ndarray:
+        per_side = [self.column_scores(col, rows) for col in block.columns]
         return np.max(np.stack(per_side, axis=1), axis=1) if per_side else np.zeros(0)
 
     def accept_block(self, scores: np.ndarray) -> np.ndarray:

@@ -10,10 +10,10 @@ import math
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import PluginConfig, PluginError, TextBlock, code_table
+from mtcore.api import PluginConfig, PluginError, TextBlock
 from mtcore_plugins.filters._array import ArrayFilter
 
-MARKS = code_table(".?!…")
+MARKS = ".?!…"
 
 
 class TerminalPunctuationConfig(PluginConfig):
@@ -24,6 +24,7 @@ class TerminalPunctuationFilter(ArrayFilter):
     name = "terminal_punctuation"
     Config = TerminalPunctuationConfig
     higher_is_better = True
+    char_classes = (MARKS,)
 
     def setup(self, langs: tuple[str, ...], resources: object = None) -> None:
         if len(langs) != 2:
@@ -31,7 +32,7 @@ class TerminalPunctuationFilter(ArrayFilter):
         super().setup(langs, resources)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
-        s, t = (c.count_codes(MARKS) for c in block.columns)
+        s, t = (c.count_chars(MARKS) for c in block.columns)
         penalty = np.abs(s - t) + np.maximum(s - 1, 0) + np.maximum(t - 1, 0)
         # math.log, not np.log: the scores are OpusFilter's to the last bit.
         top = int(penalty.max(initial=0))
