@@ -29,7 +29,9 @@ source). Per language pair it prints, each as seconds, pairs/s and MB/s of input
 content fingerprint apart), the ``clean`` step and the ``normalize`` step (NFKC + whitespace)
 with 1 and 2 workers; a bare Python loop over the two files; whole ``mtcore run`` processes
 (fetch + clean) on one core (``taskset -c 0``, one worker) and with two workers, beside
-OpusFilter on one core; and the keep/drop agreement.
+OpusFilter on one core; the keep/drop agreement; and where the clean step's time goes (the
+chain run part by part in one process, each part as seconds and as a multiple of the bare
+loop).
 
     .venv/bin/python bench/clean_speed.py --corpus news [--pairs 1000000] [--pair zh-en|cs-en]
 """
@@ -45,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,6 +298,49 @@ def whole_run(
     return seconds, out
 
 
+def profile_chain(corpus: Path, langs: tuple[str, str], loop: float) -> None:
+    """The clean step's work done in this process, one part at a time, as a table of seconds
+    and of multiples of the bare loop: cutting shards, the decoding pass, each filter on the
+    pairs still alive, and cutting out the kept lines (no worker, no files written)."""
+    from mtcore.filtering import KEPT, Chain, _score, make_specs
+    from mtcore.registry import load_registry
+    from mtcore.textblock import BlockReader
+
+    chain = Chain(make_specs(MTCORE_CHAIN), load_registry(), langs)
+    names = [entry["name"] for entry in MTCORE_CHAIN]
+    parts = dict.fromkeys(["cut shards", "decode + fused counts", *names, "kept lines"], 0.0)
+    paths = [corpus / f"corpus.{lang}" for lang in langs]
+    for rep in range(2):  # the first pass compiles and warms the page cache
+        seconds = dict.fromkeys(parts, 0.0)
+        reader = iter(BlockReader(paths, 20_000))
+        while True:
+            start = time.perf_counter()
+            raw = next(reader, None)
+            seconds["cut shards"] += time.perf_counter() - start
+            if raw is None:
+                break
+            start = time.perf_counter()
+            block = raw.decode(langs, chain.classes)
+            seconds["decode + fused counts"] += time.perf_counter() - start
+            verdict = np.full(len(block), KEPT, dtype=np.int16)
+            alive = np.arange(len(block))
+            for index, (name, plugin) in enumerate(zip(names, chain.filters, strict=True)):
+                start = time.perf_counter()
+                ok = np.asarray(plugin.accept_block(_score(plugin, block, alive)), dtype=bool)
+                verdict[alive[~ok]] = index
+                alive = alive[ok]
+                seconds[name] += time.perf_counter() - start
+            start = time.perf_counter()
+            for side in range(len(langs)):
+                raw.kept_bytes(side, verdict == KEPT)
+            seconds["kept lines"] += time.perf_counter() - start
+        parts = seconds if rep else parts
+    total = sum(parts.values())
+    print(f"where the clean step's time goes (one process, {total:.2f} s in all):")
+    for part, value in parts.items():
+        print(f"  {part:28} {value:6.2f} s  {value / loop:5.2f}x the bare loop")
+
+
 def news_bench(pair: str, target: int, skip_opusfilter: bool) -> None:
     from _cleaning_data import news_corpus
 
@@ -352,6 +398,7 @@ def news_bench(pair: str, target: int, skip_opusfilter: bool) -> None:
         print(rate("bare Python loop over the two files", loop, total, size))
         one = cleaned[1][0]
         print(f"clean step (1 worker) / bare loop: {one / loop:.1f}x")
+        profile_chain(fetched[1], langs, loop)
         whole1, out1 = whole_run(files, work / "run-1", 1, ("taskset", "-c", "0"))
         print(rate("mtcore run (fetch + clean), 1 core, 1 worker", whole1, total, size))
         whole2, _ = whole_run(files, work / "run-2", 2)

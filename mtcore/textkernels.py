@@ -68,7 +68,7 @@ def _sequence(raw: np.ndarray, i: int, lead: int) -> tuple[int, int]:  # pragma:
 
 @numba.njit(cache=True, nogil=True)
 def _decode(
-    raw: np.ndarray, count: int, kinds: np.ndarray, classes: np.ndarray
+    raw: np.ndarray, count: int, kinds: np.ndarray, classes: np.ndarray, nbits: int
 ) -> tuple[
     np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int
 ]:  # pragma: no cover (compiled)
@@ -77,7 +77,7 @@ def _decode(
     byte_ends = np.zeros(count + 1, dtype=np.int64)
     words = np.zeros(count + 1, dtype=np.int64)
     longest = np.zeros(count + 1, dtype=np.int64)
-    counts = np.zeros((count + 1, 8), dtype=np.int32)  # per line, per character class
+    counts = np.zeros((count + 1, nbits), dtype=np.int32)  # per line, per character class
     acc = np.zeros(8, dtype=np.int32)
     top = len(kinds)
     ncls = len(classes)
@@ -123,7 +123,7 @@ def _decode(
             words[line] = w
             longest[line] = best
             w = best = 0
-            for b in range(8):
+            for b in range(nbits):
                 counts[line, b] = acc[b]
                 acc[b] = 0
             line += 1
@@ -156,11 +156,12 @@ def decode_column(
     raw: bytes, count: int, classes: CharClasses = NO_CLASSES
 ) -> tuple[np.ndarray, ...] | None:
     """``(codes, ends, byte_ends, word_count, longest_word, class_counts)`` of ``count`` lines
-    of UTF-8, each ending in ``\\n`` (``class_counts``: (lines, 8) int32, per line the
-    characters of each of ``classes``); ``None`` when the bytes are not valid UTF-8, hold a
-    forbidden character or another number of lines (the caller finds what and where, for its
-    message)."""
-    codes, *arrays, error = _decode(np.frombuffer(raw, dtype=np.uint8), count, KINDS, classes.table)
+    of UTF-8, each ending in ``\\n`` (``class_counts``: (lines, len(classes.names)) int32,
+    per line the characters of each of ``classes``); ``None`` when the bytes are not valid
+    UTF-8, hold a forbidden character or another number of lines (the caller finds what and
+    where, for its message)."""
+    data = np.frombuffer(raw, dtype=np.uint8)
+    codes, *arrays, error = _decode(data, count, KINDS, classes.table, len(classes.names))
     if error >= 0:
         return None
     if 4 * len(codes) < 3 * len(raw):  # multi-byte text: free the room its bytes would need
