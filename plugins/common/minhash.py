@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -232,11 +232,14 @@ class Buckets:
             for handle in self.handles:
                 handle.close()
 
-    def edges(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    def edges(
+        self, done: Callable[[int], object] = lambda _: None
+    ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """Per bucket file: pairs (first, other) of pair numbers sharing a band hash, each
-        group's members joined to its lowest number."""
+        group's members joined to its lowest number; ``done(1)`` as each file is read."""
         for number in range(self.count):
             records = np.fromfile(self.path(number), dtype=np.uint64).reshape(-1, 2)
+            done(1)
             if len(records) < 2:
                 continue
             order = np.lexsort((records[:, 1], records[:, 0]))

@@ -141,7 +141,8 @@ class DedupStep(Step):
         keep = np.ones(total, dtype=bool)
         with ctx.progress(config.buckets, "buckets") as bar:
             groups = buckets.drop(keep, scores, config.direction == "higher", bar.update)
-        write_kept(ctx.output("corpus"), corpus, keep)
+        with ctx.progress(total, "write") as bar:
+            write_kept(ctx.output("corpus"), corpus, keep, bar.update)
         if table is not None and header is not None:
             write_scores(ctx.output("scores"), header, table[keep])
         kept = int(keep.sum())

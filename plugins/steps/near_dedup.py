@@ -120,13 +120,15 @@ class NearDedupStep(Step):
         finally:
             log.close()
         sig_path = folder / SIGNATURES
-        edges = buckets.edges()
         candidates = [0, 0]
-        if config.min_similarity is not None and total:
-            edges = self._verified(edges, sig_path, total, config.min_similarity, candidates)
-        roots = minhash.union_find(total, edges)
+        with ctx.progress(config.buckets, "clusters") as bar:
+            edges = buckets.edges(bar.update)
+            if config.min_similarity is not None and total:
+                edges = self._verified(edges, sig_path, total, config.min_similarity, candidates)
+            roots = minhash.union_find(total, edges)
         keep = minhash.keep_one(roots, scores, config.direction == "higher")
-        write_kept(ctx.output("corpus"), corpus, keep)
+        with ctx.progress(total, "write") as bar:
+            write_kept(ctx.output("corpus"), corpus, keep, bar.update)
         if table is not None and header is not None:
             write_scores(ctx.output("scores"), header, table[keep])
         kept = int(keep.sum())

@@ -15,6 +15,7 @@ occurrence of every pair, which is the deduplicated union; no step of its own is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -156,8 +157,11 @@ class SelectStep(Step):
         write_kept(ctx.output("corpus"), corpus, keep)
 
 
-def write_kept(out: Path, corpus: Corpus, keep: np.ndarray) -> None:
-    """The pairs of ``corpus`` that ``keep`` marks, in corpus order, their bytes unchanged."""
+def write_kept(
+    out: Path, corpus: Corpus, keep: np.ndarray, done: Callable[[int], object] = lambda _: None
+) -> None:
+    """The pairs of ``corpus`` that ``keep`` marks, in corpus order, their bytes unchanged;
+    ``done(n)`` after each ``n`` pairs read."""
     with CorpusWriter(out, corpus.langs) as writer:
         start = 0
         for raw in BlockReader(corpus.files(), SHARD):
@@ -165,6 +169,7 @@ def write_kept(out: Path, corpus: Corpus, keep: np.ndarray) -> None:
             sides = [raw.kept_bytes(side, mask) for side in range(len(raw.raws))]
             writer.write_raw(sides, int(mask.sum()))
             start += raw.count
+            done(raw.count)
 
 
 def write_scores(out: Any, header: list[str], table: np.ndarray) -> None:
