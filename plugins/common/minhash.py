@@ -251,13 +251,19 @@ class Buckets:
             yield group_first[joined].astype(np.int64), index[joined].astype(np.int64)
 
 
-def union_find(size: int, edges: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Each pair number's cluster root (the lowest number in its cluster), from edge arrays;
+class UnionFind:
+    """Clusters of pair numbers joined by edge arrays, each cluster's root its lowest number;
     4 bytes a pair (8 above 2**31 pairs)."""
-    dtype = np.int32 if size < 2**31 else np.int64
-    parent = np.arange(size, dtype=dtype)
 
-    def roots(x: np.ndarray) -> np.ndarray:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.dtype = np.int32 if size < 2**31 else np.int64
+        self.parent = np.arange(size, dtype=self.dtype)
+
+    def roots(self, x: np.ndarray) -> np.ndarray:
+        """The current root of each of ``x``."""
+        parent = self.parent
+        x = x.astype(self.dtype, copy=False)
         while True:
             up = parent[x]
             if (up == x).all():
@@ -266,9 +272,10 @@ def union_find(size: int, edges: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.
             parent[x] = grand  # path halving
             x = grand
 
-    for first, other in edges:
+    def join(self, first: np.ndarray, other: np.ndarray) -> None:
+        """Joins the clusters of ``first[i]`` and ``other[i]`` for every ``i``."""
         while len(first):
-            a, b = roots(first.astype(dtype)), roots(other.astype(dtype))
+            a, b = self.roots(first), self.roots(other)
             low, high = np.minimum(a, b), np.maximum(a, b)
             differ = low != high
             if not differ.any():
@@ -276,10 +283,20 @@ def union_find(size: int, edges: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.
             low, high = low[differ], high[differ]
             # several edges may point one root at different roots: the lowest wins, the rest
             # are retried against the new roots in the next round
-            np.minimum.at(parent, high, low)
+            np.minimum.at(self.parent, high, low)
             first, other = low, high
-    out = np.arange(size, dtype=dtype)
-    return roots(out)
+
+    def result(self) -> np.ndarray:
+        """Each pair number's cluster root."""
+        return self.roots(np.arange(self.size, dtype=self.dtype))
+
+
+def union_find(size: int, edges: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Each pair number's cluster root (the lowest number in its cluster), from edge arrays."""
+    clusters = UnionFind(size)
+    for first, other in edges:
+        clusters.join(first, other)
+    return clusters.result()
 
 
 def keep_one(roots: np.ndarray, scores: np.ndarray | None, higher_is_better: bool) -> np.ndarray:

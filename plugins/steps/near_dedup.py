@@ -18,8 +18,6 @@ Settings default to datatrove's minhash deduplication (5-grams, 14 bands x 8 row
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -120,12 +118,25 @@ class NearDedupStep(Step):
         finally:
             log.close()
         sig_path = folder / SIGNATURES
-        candidates = [0, 0]
+        counts = dict.fromkeys(("candidate_pairs", "checked", "below"), 0)
+        clusters = minhash.UnionFind(total)
+        floor = config.min_similarity
+        width = sig_path.stat().st_size // (2 * total) if total else 0
+        signatures = minhash.SignatureFile(sig_path, width)
         with ctx.progress(config.buckets, "clusters") as bar:
-            edges = buckets.edges(bar.update)
-            if config.min_similarity is not None and total:
-                edges = self._verified(edges, sig_path, total, config.min_similarity, candidates)
-            roots = minhash.union_find(total, edges)
+            for first, other in buckets.edges(bar.update):
+                counts["candidate_pairs"] += len(first)
+                if floor is not None:
+                    # pairs already in one cluster need no check: a variant shares most of its
+                    # bands with its original, and the first band joined them
+                    open_ = clusters.roots(first) != clusters.roots(other)
+                    first, other = first[open_], other[open_]
+                    similar = minhash.similarity(signatures, first, other) >= floor
+                    counts["checked"] += len(first)
+                    counts["below"] += int((~similar).sum())
+                    first, other = first[similar], other[similar]
+                clusters.join(first, other)
+        roots = clusters.result()
         keep = minhash.keep_one(roots, scores, config.direction == "higher")
         with ctx.progress(total, "write") as bar:
             write_kept(ctx.output("corpus"), corpus, keep, bar.update)
@@ -139,25 +150,7 @@ class NearDedupStep(Step):
         ctx.metrics["clusters_with_duplicates"] = int((sizes > 1).sum())
         ctx.metrics["largest_cluster"] = int(sizes.max()) if total else 0
         ctx.metrics["threshold"] = round(minhash.threshold(config.bands, config.rows), 3)
+        ctx.stats.add("candidate_pairs", counts["candidate_pairs"])
         if config.min_similarity is not None:
-            ctx.stats.add("candidate_pairs", candidates[0])
-            ctx.stats.add("candidate_pairs_below_min_similarity", candidates[0] - candidates[1])
-
-    @staticmethod
-    def _verified(
-        edges: Iterable[tuple[np.ndarray, np.ndarray]],
-        sig_path: Path,
-        total: int,
-        floor: float,
-        counts: list[int],
-    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The candidate pairs whose estimated similarity reaches ``floor``; counts[0] counts
-        the candidates, counts[1] those kept. Only one bucket's rows of the signature file
-        are in memory at a time."""
-        width = sig_path.stat().st_size // (2 * total)
-        sigs = minhash.SignatureFile(sig_path, width)
-        for first, other in edges:
-            keep = minhash.similarity(sigs, first, other) >= floor
-            counts[0] += len(first)
-            counts[1] += int(keep.sum())
-            yield first[keep], other[keep]
+            ctx.stats.add("candidate_pairs_checked", counts["checked"])
+            ctx.stats.add("candidate_pairs_below_min_similarity", counts["below"])
