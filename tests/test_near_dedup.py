@@ -220,6 +220,10 @@ def test_the_step_keeps_one_pair_per_cluster_at_any_shard_size(tmp_path, registr
         # candidates already in one cluster are not checked again (a variant and its original
         # share several bands): fewer signature reads, the same clusters as checking them all
         assert counts["candidate_pairs_checked"] < counts["candidate_pairs"] / 2
+        metrics = result.manifest("near")["metrics"]
+        sizes = np.bincount(roots)
+        assert metrics["clusters_with_duplicates"] == int((sizes > 1).sum()) > 50
+        assert metrics["largest_cluster"] == int(sizes.max()) > 1
     first, best = outputs[37]
     assert outputs[50_000] == outputs[37]
     assert first == [p for i, p in enumerate(pairs) if roots[i] == i]

@@ -302,7 +302,7 @@ def union_find(size: int, edges: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.
 def keep_one(roots: np.ndarray, scores: np.ndarray | None, higher_is_better: bool) -> np.ndarray:
     """A bool mask keeping one pair per cluster: the best-scored (ties: the earliest), or the
     earliest without scores."""
-    index = np.arange(len(roots))
+    index = np.arange(len(roots), dtype=roots.dtype)
     if scores is None:
         return roots == index
     rank = -scores if higher_is_better else scores
