@@ -63,8 +63,8 @@ HW-TSC's paper profile none either; ``clean_pool`` holds the crawled pool to the
 
 
 def paper_steps(recipe: str) -> dict[str, dict[str, Any]]:
-    from mtcore.overrides import resolve_document
-    from mtcore.recipe import read_yaml
+    from mtcore.recipe.load import read_yaml
+    from mtcore.recipe.overrides import resolve_document
 
     path = Path(__file__).resolve().parents[1] / "recipes" / f"{recipe}.yaml"
     document, _ = resolve_document(read_yaml(path), "paper", [], recipe)
@@ -139,8 +139,8 @@ def stages(spec: ChainSpec, registry: Any) -> tuple[list[Stage], list[str]]:
 def _runnable(step_id: str, settings: dict[str, Any], langs: Sequence[str], registry: Any):
     """Builds each filter with no step inputs connected: one that asks for a step input is
     left out."""
-    from mtcore.errors import PluginError
-    from mtcore.filtering import make_specs
+    from mtcore.chain.filtering import make_specs
+    from mtcore.contracts.errors import PluginError
 
     kept, skipped = [], []
     entries = settings.get("filters", [])
@@ -169,7 +169,7 @@ class Outcome:
 
 
 def write_corpus(folder: Path, pairs: Sequence[Pair], langs: tuple[str, str]) -> Path:
-    from mtcore.corpus import CorpusWriter
+    from mtcore.data.corpus import CorpusWriter
 
     with CorpusWriter(folder, langs) as writer:
         for pair in pairs:
@@ -236,7 +236,7 @@ def run_chain(
 def _clean(stage: Stage, corpus: Path, folder: Path, executor: Any, registry: Any):
     """Runs the stage's clean step on ``corpus`` into ``folder`` (every reject written
     out); returns its drop counters by filter label."""
-    from mtcore.step import Artifact, StepContext
+    from mtcore.contracts.step import Artifact, StepContext
     from mtcore_plugins.steps.clean import CleanStep
 
     step = CleanStep.from_dict({**stage.settings, "reject_samples": 100_000})
@@ -275,7 +275,7 @@ def before_cuts(
     threshold depends on the batch) the chain runs again without its cuts."""
     import time
 
-    from mtcore.filtering import make_specs
+    from mtcore.chain.filtering import make_specs
 
     if not any(stage.has_cuts() for stage in stages_):
         return None
@@ -309,7 +309,7 @@ def before_cuts(
 
 
 def _stateful(stage: Stage, registry: Any) -> set[str]:
-    from mtcore.filtering import make_specs
+    from mtcore.chain.filtering import make_specs
 
     specs = make_specs(stage.filters)
     return {s.label for s in specs if registry.load("filters", s.name).stateful}
@@ -369,7 +369,7 @@ def chain_targets(stages_: Sequence[Stage], registry: Any) -> dict[str, float | 
 
 
 def filter_config(registry: Any, entry: Any) -> dict[str, Any]:
-    from mtcore.filtering import ENGINE_KEYS
+    from mtcore.chain.filtering import ENGINE_KEYS
 
     settings = {} if isinstance(entry, str) else {k: v for k, v in entry.items()}
     settings = {k: v for k, v in settings.items() if k not in ENGINE_KEYS}

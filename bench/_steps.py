@@ -14,8 +14,8 @@ DATA = ROOT.parent / "shared/data/en-ja/odashi+small_parallel_enja"
 
 def context(work: Path, kind: str, **inputs: Path) -> Any:
     """A one-worker step context whose step id and work directory are named after ``kind``."""
-    from mtcore.registry import load_registry
-    from mtcore.step import Artifact, StepContext
+    from mtcore.contracts.registry import load_registry
+    from mtcore.contracts.step import Artifact, StepContext
     from mtcore_plugins.executors.local import LocalExecutor
 
     return StepContext(
@@ -32,7 +32,7 @@ def context(work: Path, kind: str, **inputs: Path) -> Any:
 
 def corpus(path: Path, split: str, lines: int) -> Path:
     """The first ``lines`` en-ja pairs of a small_parallel_enja split as an mtcore corpus."""
-    from mtcore.corpus import CorpusWriter
+    from mtcore.data.corpus import CorpusWriter
 
     with (
         open(DATA / f"{split}.en", encoding="utf-8") as en,

@@ -63,9 +63,9 @@ def settings(mono: Path, backend: str, compute: str) -> list[str]:
 
 def step_dirs(workdir: Path, sets: list[str], names: list[str]) -> dict[str, Path]:
     """The output directories of steps ``names`` in the plan these ``sets`` give."""
-    from mtcore.plan import make_plan, step_dir
-    from mtcore.recipe import load_recipe
-    from mtcore.registry import load_registry
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import load_recipe
+    from mtcore.recipe.plan import make_plan, step_dir
 
     registry = load_registry()
     plan = make_plan(load_recipe(RECIPE, registry, None, sets), registry)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     mono = args.workdir.resolve() / f"bench_mono.{args.lines}.ja"
     sources = monolingual(mono, args.lines)
-    run = [sys.executable, "-m", "mtcore.cli_entry", "run", str(RECIPE), "-w", str(args.workdir)]
+    run = [sys.executable, "-m", "mtcore.cli", "run", str(RECIPE), "-w", str(args.workdir)]
     found = {}
     for name, (backend, compute) in BACKENDS.items():
         sets = settings(mono, backend, compute)

@@ -106,7 +106,7 @@ def recipe(work: Path, lines: int, chunk: int) -> Path:
 
 
 def mtcore(path: Path, work: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "mtcore.cli_entry", "run", str(path), "-w", str(work), "-q"]
+    command = [sys.executable, "-m", "mtcore.cli", "run", str(path), "-w", str(work), "-q"]
     return subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL)
 
 

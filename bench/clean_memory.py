@@ -67,7 +67,7 @@ def run_once(files: dict[str, str], workdir: Path, workers: int) -> dict[str, fl
         [
             sys.executable,
             "-m",
-            "mtcore.cli_entry",
+            "mtcore.cli",
             "run",
             str(path),
             "-w",

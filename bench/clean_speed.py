@@ -76,8 +76,8 @@ MTCORE_CHAIN = [
 
 
 def base_pairs() -> list[tuple[str, str]]:
-    from mtcore.corpus import INNER_BREAKS, InputPolicy
-    from mtcore.stats import Stats
+    from mtcore.contracts.stats import Stats
+    from mtcore.data.corpus import INNER_BREAKS, InputPolicy
     from mtcore_plugins.sources.gettext import GettextSource
 
     def read(path: Path) -> list[str]:
@@ -117,7 +117,7 @@ def write_corpus(
     repeat: int,
     langs: tuple[str, ...] = ("en", "ja"),
 ) -> dict[str, Path]:
-    from mtcore.step import write_artifact_meta
+    from mtcore.contracts.step import write_artifact_meta
 
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
@@ -169,7 +169,7 @@ def run_opusfilter(
 def run_mtcore(
     corpus: Path, work: Path, executor: Any, shard_size: int = 20_000
 ) -> tuple[float, Path]:
-    from mtcore.step import Artifact
+    from mtcore.contracts.step import Artifact
     from mtcore_plugins.steps.clean import CleanStep
 
     step = CleanStep.from_dict({"filters": MTCORE_CHAIN, "shard_size": shard_size})
@@ -178,7 +178,7 @@ def run_mtcore(
 
 def run_normalize(corpus: Path, work: Path, executor: Any) -> float:
     """Seconds of the ``normalize`` step (NFKC + whitespace, the usual first rewrite)."""
-    from mtcore.step import Artifact
+    from mtcore.contracts.step import Artifact
     from mtcore_plugins.steps.normalize import NormalizeStep
 
     step = NormalizeStep.from_dict({"processors": ["unicode", "whitespace"]})
@@ -187,8 +187,8 @@ def run_normalize(corpus: Path, work: Path, executor: Any) -> float:
 
 def timed_step(step: Any, work: Path, inputs: dict[str, Any], executor: Any) -> float:
     """Seconds ``step.run`` takes in a context of its own (the registry loaded before)."""
-    from mtcore.registry import load_registry
-    from mtcore.step import StepContext
+    from mtcore.contracts.registry import load_registry
+    from mtcore.contracts.step import StepContext
 
     ctx = StepContext(
         step_id=step.name,
@@ -302,9 +302,9 @@ def profile_chain(corpus: Path, langs: tuple[str, str], loop: float) -> None:
     """The clean step's work done in this process, one part at a time, as a table of seconds
     and of multiples of the bare loop: cutting shards, the decoding pass, each filter on the
     pairs still alive, and cutting out the kept lines (no worker, no files written)."""
-    from mtcore.filtering import KEPT, Chain, _score, make_specs
-    from mtcore.registry import load_registry
-    from mtcore.textblock import BlockReader
+    from mtcore.chain.filtering import KEPT, Chain, _score, make_specs
+    from mtcore.contracts.registry import load_registry
+    from mtcore.text.block import BlockReader
 
     chain = Chain(make_specs(MTCORE_CHAIN), load_registry(), langs)
     names = [entry["name"] for entry in MTCORE_CHAIN]
@@ -344,9 +344,9 @@ def profile_chain(corpus: Path, langs: tuple[str, str], loop: float) -> None:
 def news_bench(pair: str, target: int, skip_opusfilter: bool) -> None:
     from _cleaning_data import news_corpus
 
-    from mtcore.corpus import InputPolicy
-    from mtcore.hashing import hash_file
-    from mtcore.ingest import Block, check_block
+    from mtcore.data.corpus import InputPolicy
+    from mtcore.data.ingest import Block, check_block
+    from mtcore.recipe.hashing import hash_file
     from mtcore_plugins.executors.local import LocalExecutor
 
     langs = NEWS_PAIRS[pair]

@@ -197,7 +197,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from mtcore.registry import load_registry
+    from mtcore.contracts.registry import load_registry
     from mtcore_plugins.executors.local import LocalExecutor
 
     env = Env(load_registry(), LocalExecutor(LocalExecutor.Config(workers=1)))

@@ -69,7 +69,7 @@ def measure(spec_json: str) -> None:
 def load(work: Path, backend: str, compute: str, beam: int, batch: int, threads: int) -> Any:
     import torch
 
-    from mtcore.step import Artifact
+    from mtcore.contracts.step import Artifact
     from mtcore_plugins.common.ct2_convert import converted
     from mtcore_plugins.common.ct2_decoding import Ct2Translator
     from mtcore_plugins.steps.translate import TranslateConfig, Translator

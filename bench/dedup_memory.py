@@ -33,7 +33,7 @@ from clean_speed import base_pairs
 
 
 def make_corpus(folder: Path, total: int) -> int:
-    from mtcore.step import write_artifact_meta
+    from mtcore.contracts.step import write_artifact_meta
 
     pairs = base_pairs()
     folder.mkdir(parents=True, exist_ok=True)
@@ -54,8 +54,8 @@ def make_corpus(folder: Path, total: int) -> int:
 MTCORE = """
 import json, resource, sys, time
 from pathlib import Path
-from mtcore.registry import load_registry
-from mtcore.step import Artifact, StepContext
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.step import Artifact, StepContext
 from mtcore_plugins.executors.local import LocalExecutor
 from mtcore_plugins.steps.clean import CleanStep
 from mtcore_plugins.steps.dedup import DedupStep

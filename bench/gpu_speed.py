@@ -190,7 +190,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="techniques to run (default: all)")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
-    from mtcore.registry import load_registry
+    from mtcore.contracts.registry import load_registry
 
     registry = load_registry()
     for family in FAMILIES:

@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--fasttext-model", default=None)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from mtcore.registry import load_registry
+    from mtcore.contracts.registry import load_registry
     from mtcore_plugins.filters.langid import expected_scores
 
     registry = load_registry()

@@ -60,7 +60,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-    from mtcore.registry import load_registry
+    from mtcore.contracts.registry import load_registry
 
     registry = load_registry()
     pairs = read_pairs(args.pairs)

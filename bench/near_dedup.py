@@ -88,9 +88,9 @@ def run_step(
 ) -> tuple[float, dict, float, float]:
     """Runs in a child process of its own: the run's seconds, the step's counts, and the
     peak RSS (GiB) of this process (the driver) and of its largest worker."""
-    from mtcore.recipe import build_recipe
-    from mtcore.registry import load_registry
-    from mtcore.runner import Runner
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import build_recipe
+    from mtcore.run.runner import Runner
 
     registry = load_registry()
     doc = {

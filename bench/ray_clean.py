@@ -77,8 +77,8 @@ def driver_ceiling(corpus: Path, work: Path, shard_size: int = 20_000) -> float:
     bytes (here every pair), with no filter at all. One driver serves the whole cluster."""
     import numpy as np
 
-    from mtcore.corpus import Corpus, CorpusWriter
-    from mtcore.textblock import BlockReader
+    from mtcore.data.corpus import Corpus, CorpusWriter
+    from mtcore.text.block import BlockReader
 
     source = Corpus.open(corpus)
     start = time.perf_counter()
@@ -92,9 +92,9 @@ def driver_ceiling(corpus: Path, work: Path, shard_size: int = 20_000) -> float:
 def measure_bt(work: Path, sentences: int = 1000) -> float:
     """Sentences/s of the translate step on one thread with a tiny Transformer trained for a
     few updates on real Ja-En pairs (the speed, not the quality, of a back-translation)."""
-    from mtcore.recipe import build_recipe
-    from mtcore.registry import load_registry
-    from mtcore.runner import Runner
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import build_recipe
+    from mtcore.run.runner import Runner
 
     files = {}
     for lang in ("ja", "en"):
@@ -159,7 +159,7 @@ def measure_bt(work: Path, sentences: int = 1000) -> float:
 
 def output_tokens(result: Any) -> tuple[float, float]:
     """Mean SentencePiece tokens per hypothesis and per reference of the translated test."""
-    from mtcore.corpus import Corpus
+    from mtcore.data.corpus import Corpus
     from mtcore_plugins.common.spm import load_spm
 
     processor = load_spm(result.path("spm") / "model")

@@ -102,9 +102,9 @@ def child(recipe_path: str, workdir: str) -> None:
     """Runs the recipe in this process and prints its peak RSS figures as JSON."""
     import logging
 
-    from mtcore.recipe import load_recipe
-    from mtcore.registry import load_registry
-    from mtcore.runner import Runner
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import load_recipe
+    from mtcore.run.runner import Runner
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("mtcore").setLevel(logging.WARNING)

@@ -6,7 +6,8 @@ modules can move without breaking anyone's package. docs/plugins.md groups these
 they are for and states each plugin kind's contract.
 
 The names load on first use (PEP 562): ``from mtcore.api import Filter`` costs what importing
-``mtcore.plugin`` costs, not the whole core (NumPy, numba), so a step's process starts as fast
+``mtcore.contracts.plugin`` costs, not the whole core (NumPy, numba), so a step's process starts as
+fast
 as before. The ``TYPE_CHECKING`` block below is the one list of the public names: type
 checkers read it as re-exports, and at run time this module reads it from its own source.
 """
@@ -53,78 +54,39 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from mtcore.archives import (
-        find_member as find_member,
-    )
-    from mtcore.cache import (
-        LOCK_ENV as LOCK_ENV,
-        open_lock as open_lock,
-    )
-    from mtcore.cleaning import (
+    from mtcore.chain.cleaning import (
         clean_corpus as clean_corpus,
         score_corpus as score_corpus,
     )
-    from mtcore.components import (
+    from mtcore.chain.components import (
         ComponentSpec as ComponentSpec,
         built as built,
         component_specs as component_specs,
     )
-    from mtcore.corpus import (
-        INNER_BREAKS as INNER_BREAKS,
-        Corpus as Corpus,
-        CorpusWriter as CorpusWriter,
-        Input as Input,
-        InputPolicy as InputPolicy,
-        batched as batched,
-        read_parallel as read_parallel,
-        write_corpus_meta as write_corpus_meta,
+    from mtcore.chain.filtering import (
+        ENGINE_KEYS as ENGINE_KEYS,
+        check_chain as check_chain,
+        make_specs as make_specs,
     )
-    from mtcore.corpus_read import (
-        read_tsv as read_tsv,
+    from mtcore.chain.ranking import (
+        KeepSpec as KeepSpec,
+        ranked_cut as ranked_cut,
     )
-    from mtcore.errors import (
+    from mtcore.chain.selection import (
+        Budget as Budget,
+        Selector as Selector,
+        select_pool as select_pool,
+    )
+    from mtcore.contracts.errors import (
         DataError as DataError,
         MtcoreError as MtcoreError,
         PluginError as PluginError,
         StepError as StepError,
     )
-    from mtcore.files import (
-        same_file as same_file,
-    )
-    from mtcore.filtering import (
-        ENGINE_KEYS as ENGINE_KEYS,
-        check_chain as check_chain,
-        make_specs as make_specs,
-    )
-    from mtcore.formats import (
-        read_sgm as read_sgm,
-        read_ted as read_ted,
-        read_wmt_xml as read_wmt_xml,
-    )
-    from mtcore.hashing import (
-        cache_home as cache_home,
-        content_hash as content_hash,
-        hash_file as hash_file,
-        hash_json as hash_json,
-    )
-    from mtcore.hooks import (
+    from mtcore.contracts.hooks import (
         hookimpl as hookimpl,
     )
-    from mtcore.ingest import (
-        ingest as ingest,
-    )
-    from mtcore.jobs import (
-        job_state as job_state,
-        run_job as run_job,
-    )
-    from mtcore.metrics import (
-        Score as Score,
-        build_metrics as build_metrics,
-        check_lengths as check_lengths,
-        evaluate as evaluate,
-        read_segments as read_segments,
-    )
-    from mtcore.plugin import (
+    from mtcore.contracts.plugin import (
         HASHED_WHEN_SET as HASHED_WHEN_SET,
         NOT_IDENTITY as NOT_IDENTITY,
         Augmenter as Augmenter,
@@ -147,56 +109,95 @@ if TYPE_CHECKING:
         identity_dict as identity_dict,
         ignored_when as ignored_when,
     )
-    from mtcore.process import (
-        PARENT_ENV as PARENT_ENV,
-        die_with_parent as die_with_parent,
-        run_logged as run_logged,
-        safe_torch_loads as safe_torch_loads,
-        tail as tail,
-    )
-    from mtcore.ranking import (
-        KeepSpec as KeepSpec,
-        ranked_cut as ranked_cut,
-    )
-    from mtcore.registry import (
+    from mtcore.contracts.registry import (
         Registry as Registry,
         load_registry as load_registry,
         suggest as suggest,
     )
-    from mtcore.resources import (
-        Resources as Resources,
-        cores as cores,
-        largest as largest,
-        parse_time as parse_time,
-        total as total,
-    )
-    from mtcore.scheduling import (
+    from mtcore.contracts.scheduler import (
         Ended as Ended,
         Job as Job,
         Scheduler as Scheduler,
     )
-    from mtcore.selection import (
-        Budget as Budget,
-        Selector as Selector,
-        select_pool as select_pool,
-    )
-    from mtcore.shards import (
-        AppendLog as AppendLog,
-        map_shards as map_shards,
-        worker_forget as worker_forget,
-        worker_memo as worker_memo,
-    )
-    from mtcore.stats import (
+    from mtcore.contracts.stats import (
         Stats as Stats,
     )
-    from mtcore.step import (
+    from mtcore.contracts.step import (
         Artifact as Artifact,
         Step as Step,
         StepContext as StepContext,
         thread_count as thread_count,
         write_artifact_meta as write_artifact_meta,
     )
-    from mtcore.textblock import (
+    from mtcore.data.archives import (
+        find_member as find_member,
+    )
+    from mtcore.data.corpus import (
+        INNER_BREAKS as INNER_BREAKS,
+        Corpus as Corpus,
+        CorpusWriter as CorpusWriter,
+        Input as Input,
+        InputPolicy as InputPolicy,
+        batched as batched,
+        read_parallel as read_parallel,
+        write_corpus_meta as write_corpus_meta,
+    )
+    from mtcore.data.formats import (
+        read_sgm as read_sgm,
+        read_ted as read_ted,
+        read_wmt_xml as read_wmt_xml,
+    )
+    from mtcore.data.ingest import (
+        ingest as ingest,
+    )
+    from mtcore.data.read import (
+        read_tsv as read_tsv,
+    )
+    from mtcore.exec.files import (
+        same_file as same_file,
+    )
+    from mtcore.exec.process import (
+        PARENT_ENV as PARENT_ENV,
+        die_with_parent as die_with_parent,
+        run_logged as run_logged,
+        safe_torch_loads as safe_torch_loads,
+        tail as tail,
+    )
+    from mtcore.exec.shards import (
+        AppendLog as AppendLog,
+        map_shards as map_shards,
+        worker_forget as worker_forget,
+        worker_memo as worker_memo,
+    )
+    from mtcore.recipe.hashing import (
+        cache_home as cache_home,
+        content_hash as content_hash,
+        hash_file as hash_file,
+        hash_json as hash_json,
+    )
+    from mtcore.run.cache import (
+        LOCK_ENV as LOCK_ENV,
+        open_lock as open_lock,
+    )
+    from mtcore.run.jobs import (
+        job_state as job_state,
+        run_job as run_job,
+    )
+    from mtcore.run.resources import (
+        Resources as Resources,
+        cores as cores,
+        largest as largest,
+        parse_time as parse_time,
+        total as total,
+    )
+    from mtcore.system.metrics import (
+        Score as Score,
+        build_metrics as build_metrics,
+        check_lengths as check_lengths,
+        evaluate as evaluate,
+        read_segments as read_segments,
+    )
+    from mtcore.text.block import (
         BlockReader as BlockReader,
         RawBlock as RawBlock,
         TextBlock as TextBlock,
@@ -205,7 +206,7 @@ if TYPE_CHECKING:
         line_of_offsets as line_of_offsets,
         lines_of_codes as lines_of_codes,
     )
-    from mtcore.textkernels import (
+    from mtcore.text.kernels import (
         BAD_CHARS as BAD_CHARS,
         SPACE_LUT as SPACE_LUT,
         encode_utf8 as encode_utf8,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mtcore.recipe import build_recipe, read_yaml
-from mtcore.registry import load_registry
+from mtcore.contracts.registry import load_registry
+from mtcore.recipe.load import build_recipe, read_yaml
 
 TRAINING = ("train", "train_lm")
 

@@ -23,13 +23,13 @@ from typing import Any
 
 from sacrebleu.significance import PairedTest
 
-from mtcore.ablation import parse_ablations
-from mtcore.corpus import Corpus
-from mtcore.metrics import build_metrics
-from mtcore.plan import make_plan, step_dir
-from mtcore.recipe import load_recipe
-from mtcore.registry import Registry, load_registry
-from mtcore.runner import is_complete, read_manifest
+from mtcore.contracts.registry import Registry, load_registry
+from mtcore.data.corpus import Corpus
+from mtcore.recipe.ablation import parse_ablations
+from mtcore.recipe.load import load_recipe
+from mtcore.recipe.plan import make_plan, step_dir
+from mtcore.run.runner import is_complete, read_manifest
+from mtcore.system.metrics import build_metrics
 
 
 def texts(workdir: Path, reference: dict[str, str], lang: str | None = None) -> list[str]:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from mtcore.process import thread_defaults
-from mtcore.registry import Registry, load_registry
-from mtcore.resources import SLOTS_ENV, cores
+from mtcore.contracts.registry import Registry, load_registry
+from mtcore.exec.process import thread_defaults
+from mtcore.run.resources import SLOTS_ENV, cores
 
 thread_defaults()  # as the CLI does: OpenMP waits passively in the processes tests start
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mtcore.recipe import load_recipe
-from mtcore.registry import load_registry
+from mtcore.contracts.registry import load_registry
+from mtcore.recipe.load import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -27,10 +27,10 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from mtcore.errors import StepError
-from mtcore.plugin import PluginConfig
-from mtcore.resources import Resources
-from mtcore.step import Step, write_artifact_meta
+from mtcore.contracts.errors import StepError
+from mtcore.contracts.plugin import PluginConfig
+from mtcore.run.resources import Resources
+from mtcore.contracts.step import Step, write_artifact_meta
 
 
 class WaitConfig(PluginConfig):

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mtcore.errors import DataError
-from mtcore.filtering import make_specs
-from mtcore.fitting import draw_sample, fit_chain, sample_rows
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
-from mtcore.step import StepContext
+from mtcore.chain.filtering import make_specs
+from mtcore.chain.fitting import draw_sample, fit_chain, sample_rows
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.step import StepContext
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from mtcore_plugins.filters.alignment import AlignmentFilter
 
 from .conftest import local_data, real_slice
@@ -140,7 +140,9 @@ def test_sample_rows_are_evenly_spaced_and_bounded():
 
 def test_the_sample_is_read_across_blocks(monkeypatch, corpus):
     files, pairs, _ = corpus
-    monkeypatch.setattr("mtcore.fitting.READ_LINES", 7)  # many blocks, rows on both sides of cuts
+    monkeypatch.setattr(
+        "mtcore.chain.fitting.READ_LINES", 7
+    )  # many blocks, rows on both sides of cuts
     blocks = draw_sample([files["en"], files["ja"]], ("en", "ja"), 100)
     drawn = [p for b in blocks for p in b.decode(("en", "ja")).pairs()]
     assert drawn == [pairs[i] for i in sample_rows(1200, 100)]

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError, RecipeError, StepError
-from mtcore.recipe import build_recipe
-from mtcore.registry import Registry
-from mtcore.step import Artifact, StepContext
+from mtcore.contracts.errors import DataError, RecipeError, StepError
+from mtcore.contracts.registry import Registry
+from mtcore.contracts.step import Artifact, StepContext
+from mtcore.data.corpus import Corpus, CorpusWriter
+from mtcore.recipe.load import build_recipe
 from mtcore_plugins.augmenters.noise import NoiseAugmenter, NoiseConfig
 from mtcore_plugins.augmenters.tags import LangTagAugmenter, LangTagConfig, TagConfig
 from mtcore_plugins.executors.local import LocalExecutor
@@ -481,7 +481,7 @@ def bt_round_recipe(bitext: dict[str, Path], mono: Path) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_tagged_bt_round_distillation_and_round_two(registry: Registry, tmp_path: Path) -> None:
-    from mtcore.runner import Runner
+    from mtcore.run.runner import Runner
 
     bitext = real_slice(tmp_path / "data", "train", 1000)
     mono_lines = [*real_lines("dev", "en", 100), "", *real_lines("dev", "en", 49, start=100)]

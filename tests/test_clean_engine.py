@@ -16,13 +16,13 @@ import pytest
 import regex
 from pydantic import ValidationError
 
-from mtcore.errors import DataError, PluginError
-from mtcore.filtering import KEPT, Chain, StatefulStage, check_chain, make_specs
-from mtcore.ranking import KeepSpec, ranked_cut
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
-from mtcore.textblock import BlockReader, RawBlock, TextBlock
-from mtcore.textkernels import BAD_CHARS
+from mtcore.chain.filtering import KEPT, Chain, StatefulStage, check_chain, make_specs
+from mtcore.chain.ranking import KeepSpec, ranked_cut
+from mtcore.contracts.errors import DataError, PluginError
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
+from mtcore.text.block import BlockReader, RawBlock, TextBlock
+from mtcore.text.kernels import BAD_CHARS
 from mtcore_plugins.filters.dedup import KeySet
 from mtcore_plugins.sources.gettext import GettextSource
 
@@ -44,8 +44,8 @@ def real_pairs(n: int, split: str = "train") -> list[tuple[str, str]]:
 def ui_pairs() -> list[tuple[str, str]]:
     """Real En-Ja UI strings from this machine's gettext catalogs, one line each."""
     source = GettextSource.from_dict({"src": "en", "tgt": "ja"})
-    from mtcore.corpus import InputPolicy
-    from mtcore.stats import Stats
+    from mtcore.contracts.stats import Stats
+    from mtcore.data.corpus import InputPolicy
 
     pairs = [
         (a.replace("\n", " "), b.replace("\n", " "))

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from mtcore.cli import with_plugin_commands
+from mtcore.cli.app import with_plugin_commands
 
 from .conftest import SHARED, clean_split_recipe
 
@@ -103,7 +103,7 @@ def test_plugins_lists_and_shows(tmp_path):
 def test_plugins_and_validate_do_not_import_torch(tmp_path, enja_files):
     path = small_recipe(tmp_path, enja_files)
     code = (
-        "import sys; from click.testing import CliRunner; from mtcore.cli import cli\n"
+        "import sys; from click.testing import CliRunner; from mtcore.cli.app import cli\n"
         "calls = (['plugins'], ['plugins', 'steps', '--show', 'spm'], ['validate', sys.argv[1]])\n"
         "for args in calls:\n"
         "    r = CliRunner().invoke(cli, args, obj={}); assert r.exit_code == 0, r.output\n"
@@ -177,7 +177,7 @@ def test_example_selection_package_installs_and_runs(tmp_path, enja_files):
     doc["steps"]["lengths"] = {"kind": "length_report", "inputs": {"corpus": "pick"}}
     path.write_text(yaml.safe_dump(doc))
     env = {**os.environ, "PYTHONPATH": str(target)}
-    mtcore = [sys.executable, "-m", "mtcore.cli_entry"]
+    mtcore = [sys.executable, "-m", "mtcore.cli"]
     shown = subprocess.run(
         [*mtcore, "plugins", "selectors"], env=env, capture_output=True, text=True
     )
@@ -237,7 +237,7 @@ def test_example_plugin_installs_and_plugs_in(tmp_path, enja_files):
         "PYTHONPATH": str(target),
         "MTCORE_EXAMPLE_LOG": str(tmp_path / "hook.log"),
     }
-    mtcore = [sys.executable, "-m", "mtcore.cli_entry"]
+    mtcore = [sys.executable, "-m", "mtcore.cli"]
     shown = subprocess.run([*mtcore, "plugins", "filters"], env=env, capture_output=True, text=True)
     assert "number_mismatch        mtcore-example-plugin 0.1.0" in shown.stdout
     hello = subprocess.run([*mtcore, "example-hello"], env=env, capture_output=True, text=True)

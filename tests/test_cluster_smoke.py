@@ -19,7 +19,7 @@ from tests.slurm_cluster import slurm_cluster  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("uncapped")]
 ROOT = Path(__file__).resolve().parents[1]
-MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
+MTCORE = [sys.executable, "-m", "mtcore.cli"]
 RECIPE = "yishu"
 
 

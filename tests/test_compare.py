@@ -14,10 +14,10 @@ import sacrebleu
 import yaml
 from click.testing import CliRunner
 
-from mtcore.ablation import ablate_document, parse_ablations
-from mtcore.cli import cli
-from mtcore.errors import RecipeError
-from mtcore.recipe import build_recipe
+from mtcore.cli.app import cli
+from mtcore.contracts.errors import RecipeError
+from mtcore.recipe.ablation import ablate_document, parse_ablations
+from mtcore.recipe.load import build_recipe
 
 from .conftest import SHARED
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.corpus import Corpus, CorpusWriter, InputPolicy, read_parallel
-from mtcore.corpus_read import read_tsv
-from mtcore.errors import DataError
-from mtcore.stats import Stats
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import Corpus, CorpusWriter, InputPolicy, read_parallel
+from mtcore.data.read import read_tsv
 
 
 def write_pair(tmp_path: Path, en: bytes, ja: bytes, gz: bool = False) -> list[Path]:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from mtcore.errors import DataError, PluginError
-from mtcore.registry import load_registry
-from mtcore.step import Artifact
+from mtcore.contracts.errors import DataError, PluginError
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.step import Artifact
 from mtcore_plugins.common.ct2_convert import converted
 from mtcore_plugins.steps.translate import TranslateStep
 

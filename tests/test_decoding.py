@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mtcore.errors import DataError, PluginError
-from mtcore.registry import load_registry
-from mtcore.step import Artifact, StepContext
+from mtcore.contracts.errors import DataError, PluginError
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.step import Artifact, StepContext
 from mtcore_plugins.common import decoding
 from mtcore_plugins.common.decoding import Ensemble, Translator
 from mtcore_plugins.common.force_decode import ForceDecoder

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from mtcore.api import AppendLog
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from mtcore_plugins.steps.dedup import KeyBuckets
 from mtcore_plugins.steps.score import read_scores
 

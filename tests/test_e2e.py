@@ -16,7 +16,7 @@ import yaml
 from .conftest import clean_split_recipe, real_slice
 
 pytestmark = pytest.mark.slow
-MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
+MTCORE = [sys.executable, "-m", "mtcore.cli"]
 
 
 def tiny_recipe(tmp_path: Path) -> Path:

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError, StepError
-from mtcore.registry import load_registry
-from mtcore.step import Artifact, StepContext
+from mtcore.contracts.errors import DataError, StepError
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.step import Artifact, StepContext
+from mtcore.data.corpus import Corpus, CorpusWriter
 from mtcore_plugins.executors.local import LocalExecutor
 from mtcore_plugins.steps.binarize import BinarizeStep, mmap_length
 from mtcore_plugins.steps.spm import SentencePieceStep, _sample, temperature_quotas

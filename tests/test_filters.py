@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtcore.filtering import KEPT, Chain, StatefulStage, make_specs
-from mtcore.textblock import TextBlock
+from mtcore.chain.filtering import KEPT, Chain, StatefulStage, make_specs
+from mtcore.text.block import TextBlock
 
 
 def build(registry, name, **config):

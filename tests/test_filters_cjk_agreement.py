@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mtcore.textblock import TextBlock
+from mtcore.text.block import TextBlock
 
 ZH_EN = ("zh", "en")
 JA_EN = ("ja", "en")

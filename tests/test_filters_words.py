@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mtcore import shards
-from mtcore.ranking import KeepSpec, ranked_cut
-from mtcore.textblock import TextBlock
+from mtcore.chain.ranking import KeepSpec, ranked_cut
+from mtcore.text.block import TextBlock
 from mtcore_plugins.common import tokens as _tokens
 
 # Raw lines of the WMT22 general test sets (en-ja, en-zh references), unsegmented.

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from mtcore.step import Artifact
+from mtcore.contracts.step import Artifact
 
 from .test_decoding import (
     CAPPED,

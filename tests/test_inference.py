@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.errors import DataError, MtcoreError
-from mtcore.inference import (
+from mtcore.contracts.errors import DataError, MtcoreError
+from mtcore.contracts.stats import Stats
+from mtcore.recipe.load import build_recipe, read_yaml
+from mtcore.system.inference import (
     REPAIR,
     STRICT_KEEP,
     Translator,
@@ -21,8 +23,6 @@ from mtcore.inference import (
     source_language,
     stages,
 )
-from mtcore.recipe import build_recipe, read_yaml
-from mtcore.stats import Stats
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 NT5 = RECIPES / "nt5.yaml"
@@ -109,7 +109,7 @@ def test_an_unfinished_run_names_the_missing_steps_and_the_command(registry, tmp
 
 
 def test_the_command_line_says_the_same(tmp_path):
-    command = [sys.executable, "-m", "mtcore.cli_entry", "translate", str(NT5), "-w", str(tmp_path)]
+    command = [sys.executable, "-m", "mtcore.cli", "translate", str(NT5), "-w", str(tmp_path)]
     done = subprocess.run([*command, "-d", "ja-en"], input=b"x\n", capture_output=True)
     assert done.returncode == 1
     assert b"Error: stage 'rerank' (jaen) needs steps that have not finished" in done.stderr

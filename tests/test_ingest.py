@@ -1,4 +1,4 @@
-"""The sharded reader (mtcore.ingest) gives what the serial reader gives: the same pairs, the
+"""The sharded reader (mtcore.data.ingest) gives what the serial reader gives: the same pairs, the
 same counts, the same errors naming file and line, whatever the block size; unchanged plain
 input is not written a second time."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from mtcore import ingest as ingest_module
-from mtcore.corpus import InputPolicy, read_parallel
-from mtcore.errors import DataError
-from mtcore.ingest import ingest
-from mtcore.stats import Stats
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import InputPolicy, read_parallel
+from mtcore.data.ingest import ingest
 from mtcore_plugins.executors.local import LocalExecutor
 from tests.test_corpus import CASES, JA3, write_pair
 
@@ -156,8 +156,8 @@ def test_split_copies_lines_in_blocks_as_the_seeded_choice_says(tmp_path, monkey
     picking the seeded random sample pair by pair, whatever the block size."""
     import random
 
-    from mtcore.corpus import CorpusWriter
-    from mtcore.step import Artifact, StepContext
+    from mtcore.contracts.step import Artifact, StepContext
+    from mtcore.data.corpus import CorpusWriter
     from mtcore_plugins.steps import split as split_module
 
     pairs = [(f"line {i} ünï", f"行 {i}") for i in range(500)]
@@ -193,8 +193,8 @@ def test_the_scan_sees_what_python_sees_on_random_bytes():
 
     import numpy as np
 
-    from mtcore.corpus import INNER_BREAKS
-    from mtcore.ingest import SCANNED_BREAKS, _scan
+    from mtcore.data.corpus import INNER_BREAKS
+    from mtcore.data.ingest import SCANNED_BREAKS, _scan
 
     assert {chr(c) for c in range(0x110000) if INNER_BREAKS.match(chr(c))} == set(SCANNED_BREAKS)
     rng = random.Random(5)

@@ -31,7 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 LONG = pytest.mark.long
-MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
+MTCORE = [sys.executable, "-m", "mtcore.cli"]
 KILLS = int(os.environ.get("MTCORE_KILL_SWEEP", "8"))
 SHARES = (0.5, 0.25, 0.75, 0.1, 0.9, 0.4, 0.6)  # of a step's first duration, kill after kill
 RUNNING = re.compile(r"^(\S+ \S+) INFO mtcore: step (\S+) \((\S+)\): (?:running|resuming) in ")

@@ -1,4 +1,4 @@
-"""Warm starts (mtcore.launcher): a command forked from the zygote behaves as the same command
+"""Warm starts (mtcore.exec.launcher): a command forked from the zygote behaves as the same command
 started cold: arguments, environment, working directory, output appended to the log, exit
 status and signals, one process per call, and nothing left running."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mtcore import launcher
-from mtcore.errors import StepError
-from mtcore.process import run_logged
+from mtcore.contracts.errors import StepError
+from mtcore.exec import launcher
+from mtcore.exec.process import run_logged
 
 PROBE = """\
 import os, signal, sys

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mtcore._moved import MOVED
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -112,13 +114,16 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
 def test_modules_import_no_cycle(package):
     """Issue 19 point 3, issue 49 point 5: no two modules of the plugins or of the core import
     each other, directly or through others. The public API (``mtcore.api``) is left out of the
-    core's graph: it names every module it re-exports, and no core module imports it."""
+    core's graph: it names every module it re-exports, and no core module imports it but the
+    layer of deprecated paths (``mtcore._moved``), whose warnings name the public import."""
     folder = ROOT / ("plugins" if package == "mtcore_plugins" else "mtcore")
     graph = import_graph(folder, package)
     assert len(graph) > 20
     if package == "mtcore":
         users = sorted(
-            m for m, found in graph.items() if "mtcore.api" in found and m != "mtcore.api"
+            m
+            for m, found in graph.items()
+            if "mtcore.api" in found and m not in {"mtcore.api", "mtcore._moved"}
         )
         assert not users, f"core modules import the public API: {users}"
         graph.pop("mtcore.api")
@@ -171,3 +176,70 @@ def test_public_api_names_resolve():
         api.NoSuchName  # noqa: B018
     with pytest.raises(ImportError, match="NoSuchName"):
         exec("from mtcore.api import NoSuchName", {})
+
+
+def test_core_is_laid_out_by_concern():
+    """Issue 49 point 5: ``mtcore/`` holds folders by concern and, flat, only the package's
+    ``__init__``, the public API and the layer of deprecated paths; each folder says what it
+    holds in its ``__init__`` docstring."""
+    import ast
+
+    core = ROOT / "mtcore"
+    flat = sorted(p.name for p in core.glob("*.py"))
+    assert flat == ["__init__.py", "_moved.py", "api.py"], flat
+    folders = sorted(p for p in core.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert {p.name for p in folders} >= {"contracts", "recipe", "run", "exec", "data", "chain"}
+    for folder in folders:
+        init = folder / "__init__.py"
+        assert init.exists(), folder
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), init
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_module_paths_still_import_with_a_warning(old):
+    """Issue 49 point 5: a package written against a flat module path of before gets the same
+    module object (its state and monkeypatches shared) and a deprecation warning that names
+    the new path and, where the module has public names, the ``mtcore.api`` import."""
+    import importlib
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings, importlib, sys\n"
+        "warnings.simplefilter('always')\n"
+        f"with warnings.catch_warnings(record=True) as seen:\n"
+        f"    old = importlib.import_module({old!r})\n"
+        f"new = importlib.import_module({MOVED[old]!r})\n"
+        "assert old is new, (old, new)\n"
+        "print('|'.join(str(w.message) for w in seen if w.category is DeprecationWarning))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    message = done.stdout.strip()
+    assert message.startswith(f"{old} is deprecated and now lives at {MOVED[old]}"), message
+    api = importlib.import_module("mtcore.api")
+    if any(module == MOVED[old] for module in api._WHERE.values()):
+        assert "from mtcore.api" in message, message
+
+
+def test_old_names_of_modules_that_became_packages_still_resolve():
+    """``mtcore.recipe`` and ``mtcore.cli`` were modules and are now folders: their old names
+    resolve (with one warning each), and a name the module never had is an AttributeError."""
+    import warnings
+
+    import mtcore.cli
+    import mtcore.recipe
+    from mtcore.cli.app import main
+    from mtcore.recipe.load import load_recipe
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert mtcore.recipe.load_recipe is load_recipe
+        assert mtcore.recipe.load_recipe is load_recipe
+        assert mtcore.cli.main is main
+    assert [str(w.message).split(" is ")[0] for w in seen] == [
+        "mtcore.recipe.load_recipe",
+        "mtcore.cli.main",
+    ]
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        mtcore.recipe.nothing_here  # noqa: B018

@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from mtcore.errors import PluginError
-from mtcore.plan import make_plan
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
+from mtcore.contracts.errors import PluginError
+from mtcore.recipe.load import build_recipe
+from mtcore.recipe.plan import make_plan
+from mtcore.run.runner import Runner
 from mtcore_plugins.common.ngram import lm_line
 from mtcore_plugins.steps.kenlm import kenlm_binary
 

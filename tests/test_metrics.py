@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from mtcore.errors import DataError, PluginError, RecipeError
-from mtcore.recipe import build_recipe
+from mtcore.contracts.errors import DataError, PluginError, RecipeError
+from mtcore.recipe.load import build_recipe
 from mtcore_plugins.metrics.comet import CometConfig, CometMetric, comet_installed
 from mtcore_plugins.metrics.sentence_bleu import sentence_bleu
 

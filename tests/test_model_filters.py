@@ -13,10 +13,10 @@ import pytest
 from pydantic import ValidationError
 
 from mtcore import shards
-from mtcore.errors import PluginError
-from mtcore.filtering import KEPT, Chain, make_specs
-from mtcore.hashing import content_hash
-from mtcore.textblock import TextBlock
+from mtcore.chain.filtering import KEPT, Chain, make_specs
+from mtcore.contracts.errors import PluginError
+from mtcore.recipe.hashing import content_hash
+from mtcore.text.block import TextBlock
 from mtcore_plugins.common import langcodes
 from mtcore_plugins.filters import langid as langid_module
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from mtcore.corpus import CorpusWriter
-from mtcore.registry import load_registry
-from mtcore.step import Artifact, StepContext
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.step import Artifact, StepContext
+from mtcore.data.corpus import CorpusWriter
 from tests.conftest import real_slice
 
 torch = pytest.importorskip("torch")

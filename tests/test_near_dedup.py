@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from mtcore_plugins.common import minhash
 from mtcore_plugins.steps.score import read_scores
 

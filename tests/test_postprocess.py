@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 
 from .conftest import ENJA, SHARED
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from mtcore.registry import load_registry
+from mtcore.contracts.registry import load_registry
 
 # NT5 Table 4, "#Params." column, with the paper's rounding.
 TABLE4_PARAMS = {

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtcore.errors import RecipeError, StepError
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
-from mtcore.textblock import BlockReader
+from mtcore.contracts.errors import RecipeError, StepError
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
+from mtcore.text.block import BlockReader
 from mtcore_plugins.sources.gettext import parse_mo
 from mtcore_plugins.steps.normalize import checked, checked_codes
 from mtcore_plugins.steps.truecase import TruecaseModel, count_casing, detruecase

@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from mtcore.errors import RecipeError, StepError
-from mtcore.recipe import build_recipe
-from mtcore.registry import Registry, load_registry
-from mtcore.runner import Runner
-from mtcore.shards import worker_memos
-from mtcore.step import Artifact, StepContext, write_artifact_meta
+from mtcore.contracts.errors import RecipeError, StepError
+from mtcore.contracts.registry import Registry, load_registry
+from mtcore.contracts.step import Artifact, StepContext, write_artifact_meta
+from mtcore.exec.shards import worker_memos
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from tests.conftest import clean_split_recipe, real_slice
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -51,7 +51,7 @@ import signal
 
 from pydantic import Field
 
-from mtcore.plugin import Filter, PluginConfig
+from mtcore.contracts.plugin import Filter, PluginConfig
 
 LOADS = 0
 
@@ -352,7 +352,7 @@ def test_translation_on_ray_matches_one_process(
 
 
 def _translators_held() -> int:
-    from mtcore.shards import worker_memos
+    from mtcore.exec.shards import worker_memos
 
     return len(worker_memos("translator"))
 
@@ -449,7 +449,7 @@ def test_set_names_the_executor_and_hashes_do_not_change(registry, enja_files):
     assert remote.head.executor.name == "ray"
     other = build_recipe(doc, registry, sets=["executor.name=ray", "executor.address=auto"])
     assert other.head.executor.settings() == {"workers": 1, "address": "auto"}
-    from mtcore.plan import make_plan
+    from mtcore.recipe.plan import make_plan
 
     hashes = [[p.hash for p in make_plan(r, registry)] for r in (local, remote, other)]
     assert hashes[0] == hashes[1] == hashes[2]
@@ -474,13 +474,13 @@ def test_recipe_without_ray_installed_gets_the_install_hint(tmp_path, write_reci
     path = write_recipe(doc)
     code = BLOCK_RAY + textwrap.dedent(
         f"""
-        from mtcore.errors import PluginError
+        from mtcore.contracts.errors import PluginError
         from mtcore_plugins.executors.ray import RayExecutor
         try:
             RayExecutor()
         except PluginError as exc:
             print("direct:", exc)
-        from mtcore.cli import main
+        from mtcore.cli.app import main
         sys.argv = ["mtcore", "validate", {str(path)!r}]
         main()
         """
@@ -501,7 +501,7 @@ def test_plugin_module_imports_without_ray_and_lists(tmp_path):
         """
         import mtcore_plugins.executors.ray as plugin
         from click.testing import CliRunner
-        from mtcore.cli import cli
+        from mtcore.cli.app import cli
         print(plugin.RayExecutor.name, "ray" in sys.modules)
         print(CliRunner().invoke(cli, ["plugins", "executors"]).output)
         """

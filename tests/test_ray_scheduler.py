@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtcore.recipe import build_recipe
-from mtcore.registry import load_registry
-from mtcore.runner import Runner
+from mtcore.contracts.registry import load_registry
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from tests import probe_steps
 from tests.ray_cluster import DRIVER_ENV, RayCluster, two_node_cluster
 from tests.test_scheduler import DIAMOND, overlap, recipe
@@ -30,7 +30,7 @@ needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="ray is not installed"
 )
 pytestmark = [needs_ray, pytest.mark.usefixtures("uncapped")]
-MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
+MTCORE = [sys.executable, "-m", "mtcore.cli"]
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.errors import RecipeError
-from mtcore.overrides import apply_set, deep_merge, parse_set
-from mtcore.recipe import build_recipe, load_recipe
+from mtcore.contracts.errors import RecipeError
+from mtcore.recipe.load import build_recipe, load_recipe
+from mtcore.recipe.overrides import apply_set, deep_merge, parse_set
 
 from .conftest import clean_split_recipe
 
@@ -157,7 +157,7 @@ def test_a_profile_extends_another(registry):
 
 
 def plan_hash(document: dict, registry, step: str) -> str:
-    from mtcore.plan import make_plan
+    from mtcore.recipe.plan import make_plan
 
     plan = make_plan(build_recipe(document, registry), registry)
     return next(p.hash for p in plan if p.id == step)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.overrides import EXTENDS
-from mtcore.recipe import build_recipe, read_yaml
+from mtcore.recipe.load import build_recipe, read_yaml
+from mtcore.recipe.overrides import EXTENDS
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 CASES = [
@@ -90,7 +90,7 @@ def test_an_overlay_changes_sizes_not_the_graph(registry, path, profile, base):
 
 
 def run_recipe(path: Path, work: Path, profile: str | None = None) -> None:
-    command = [sys.executable, "-m", "mtcore.cli_entry", "run", str(path), "-w", str(work), "-q"]
+    command = [sys.executable, "-m", "mtcore.cli", "run", str(path), "-w", str(work), "-q"]
     command += ["-p", profile] if profile else []
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -228,7 +228,7 @@ def check_translate(
     """``mtcore translate`` of the run's own test source gives the run's own output at each
     stage asked for, byte for byte: through the Python API, and for the first one through the
     command line with the source on stdin."""
-    from mtcore.inference import Translator, stages
+    from mtcore.system.inference import Translator, stages
 
     recipe = build_recipe(read_yaml(path), registry, profile=profile, source=str(path))
     chosen = [
@@ -245,7 +245,7 @@ def check_translate(
         (expected_file,) = [p for p in expected if p.suffix != ".json"]
         source_file = system.test.file(system.source)
         if number == 0:
-            command = [sys.executable, "-m", "mtcore.cli_entry", "translate", str(path)]
+            command = [sys.executable, "-m", "mtcore.cli", "translate", str(path)]
             command += ["-w", str(work), "-d", direction, *(["-s", stage] if stage else [])]
             command += ["-p", profile] if profile else []
             with open(source_file, "rb") as stdin:
@@ -302,7 +302,7 @@ def stage_lines(recipe, work: Path, step_id: str) -> list[str]:
 
 def hypothesis_lines(step_dir: Path, output: str) -> list[str]:
     """The lines of a step's one-language output corpus (its named output, else its only one)."""
-    from mtcore.corpus import Corpus
+    from mtcore.data.corpus import Corpus
 
     metas = [p for p in step_dir.rglob("artifact.json") if not output or p.parent.name == output]
     kinds = [json.loads(p.read_text()).get("type") for p in metas]
@@ -318,9 +318,9 @@ def hypothesis_lines(step_dir: Path, output: str) -> list[str]:
 def check_export(path: Path, work: Path, profile: str, tmp_path: Path) -> None:
     """``mtcore export`` of the last en-ja stage, copied elsewhere with the workdir deleted,
     translates the test source as the run did."""
-    from mtcore.export import SYSTEM_FILE
+    from mtcore.system.export import SYSTEM_FILE
 
-    cli = [sys.executable, "-m", "mtcore.cli_entry"]
+    cli = [sys.executable, "-m", "mtcore.cli"]
     exported = tmp_path / "exported"
     command = [*cli, "export", str(path), "-p", profile, "-w", str(work), "-d", "en-ja"]
     done = subprocess.run([*command, "-o", str(exported)], capture_output=True, text=True)

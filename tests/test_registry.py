@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.errors import PluginError
-from mtcore.registry import load_registry
+from mtcore.contracts.errors import PluginError
+from mtcore.contracts.registry import load_registry
 
 MODULE = """
-from mtcore.plugin import Filter
+from mtcore.contracts.plugin import Filter
 
 class Late(Filter):
     name = "late_filter"
@@ -58,7 +58,7 @@ STEVEDORE_RUN = """
 import json, sys
 from pathlib import Path
 from stevedore import driver, exception
-from mtcore.registry import load_registry
+from mtcore.contracts.registry import load_registry
 
 site = Path(sys.argv[1])
 found = {"first": driver.DriverManager("mtcore.filters", "length").driver.name}
@@ -128,7 +128,7 @@ def test_plugins_that_fail_to_load_are_named(site: Path) -> None:
 
 
 STEPS = """
-from mtcore.step import Step
+from mtcore.contracts.step import Step
 
 class OtherFetch(Step):
     name = "late_fetch"

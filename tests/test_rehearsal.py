@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from mtcore.corpus import Corpus
-from mtcore.errors import DataError
-from mtcore.recipe import load_recipe
-from mtcore.registry import load_registry
-from mtcore.runner import Runner
-from mtcore.stats import Stats
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import Corpus
+from mtcore.recipe.load import load_recipe
+from mtcore.run.runner import Runner
 from mtcore_plugins.sources import _mirror
 from mtcore_plugins.sources.url import UrlSource
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.recipe import build_recipe
-from mtcore.report import PLOT_FILE, write_report
-from mtcore.runner import Runner
+from mtcore.recipe.load import build_recipe
+from mtcore.run.report import PLOT_FILE, write_report
+from mtcore.run.runner import Runner
 
 from .conftest import SHARED
 
@@ -146,7 +146,7 @@ def test_report_tables_stages_with_their_changes(tmp_path, registry):
 def test_report_without_matplotlib_keeps_the_tables(evaluated, monkeypatch, caplog):
     recipe, result = evaluated
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
-    with caplog.at_level(logging.INFO, logger="mtcore.report"):
+    with caplog.at_level(logging.INFO, logger="mtcore.run.report"):
         write_report(recipe, result)
     report = (result.workdir / "report.md").read_text(encoding="utf-8")
     assert "| direction | step | BLEU | BLEU#2 | chrF | TER |" in report

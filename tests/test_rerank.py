@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mtcore.corpus import CorpusWriter
-from mtcore.errors import DataError, PluginError, StepError
-from mtcore.registry import load_registry
-from mtcore.step import Artifact, StepContext
+from mtcore.contracts.errors import DataError, PluginError, StepError
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.step import Artifact, StepContext
+from mtcore.data.corpus import CorpusWriter
 from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
 from mtcore_plugins.executors.local import LocalExecutor
 from mtcore_plugins.steps.rerank import RerankConfig, RerankStep
@@ -624,7 +624,7 @@ def test_rerank_recipe_end_to_end(tmp_path: Path) -> None:
     )  # fmt: skip
     recipe = tmp_path / "rerank.yaml"
     recipe.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
-    command = [sys.executable, "-m", "mtcore.cli_entry", "run", str(recipe), "-w"]
+    command = [sys.executable, "-m", "mtcore.cli", "run", str(recipe), "-w"]
     done = subprocess.run([*command, str(tmp_path / "w"), "-q"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     step = next((tmp_path / "w" / "steps").glob("rerank-*"))

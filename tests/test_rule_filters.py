@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from mtcore.errors import PluginError
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
-from mtcore.textblock import TextBlock
+from mtcore.contracts.errors import PluginError
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
+from mtcore.text.block import TextBlock
 
 from .conftest import ENJA, SHARED, clean_split_recipe
 

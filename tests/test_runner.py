@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.hooks import hookimpl, make_plugin_manager
-from mtcore.plan import make_plan
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
+from mtcore.contracts.hooks import hookimpl, make_plugin_manager
+from mtcore.recipe.load import build_recipe
+from mtcore.recipe.plan import make_plan
+from mtcore.run.runner import Runner
 
 from .conftest import clean_split_recipe, real_slice
 
@@ -87,7 +87,7 @@ def test_workers_do_not_change_the_hash_or_the_output(tmp_path, registry, enja_f
 def test_a_step_rerun_to_the_same_bytes_leaves_its_dependents_cached(
     tmp_path, registry, enja_files, monkeypatch
 ):
-    """Early cutoff (mtcore.cache): a new version of the ``length`` filter changes the clean
+    """Early cutoff (mtcore.run.cache): a new version of the ``length`` filter changes the clean
     step's identity and so split's plan hash; clean runs again and writes the same bytes, so
     split's content key is unchanged and split reuses its output (hard links, a manifest of its
     own) instead of running. A change that does change clean's output still runs split."""
@@ -225,7 +225,7 @@ def _write_big_recipe(tmp_path: Path, files: dict[str, Path]) -> Path:
 def test_kill_9_then_rerun_gives_identical_outputs(tmp_path, registry, kill_after):
     files = real_slice(tmp_path / "data", "train", 30_000)
     recipe = _write_big_recipe(tmp_path, files)
-    mtcore = [sys.executable, "-m", "mtcore.cli_entry"]
+    mtcore = [sys.executable, "-m", "mtcore.cli"]
     subprocess.run(
         [*mtcore, "run", str(recipe), "-w", str(tmp_path / "ref"), "-q"],
         check=True,
@@ -273,7 +273,7 @@ def test_hash_markers_are_honoured_by_identity_dict_alone():
     ``identity_dict`` at every depth; no step pops keys by hand."""
     from pydantic import Field
 
-    from mtcore.plugin import (
+    from mtcore.contracts.plugin import (
         HASHED_WHEN_SET,
         NOT_IDENTITY,
         PluginConfig,
@@ -304,7 +304,7 @@ def test_hash_markers_are_honoured_by_identity_dict_alone():
 def test_started_processes_wait_passively_unless_told_otherwise(tmp_path, monkeypatch):
     """OpenMP's spinning wait collapses on an oversubscribed machine: processes a step starts
     get OMP_WAIT_POLICY=PASSIVE, and a value the user set is kept."""
-    from mtcore.process import run_logged
+    from mtcore.exec.process import run_logged
 
     show = [sys.executable, "-c", "import os; print(os.environ['OMP_WAIT_POLICY'])"]
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
@@ -336,7 +336,7 @@ def test_a_data_entry_keeps_its_first_max_pairs(tmp_path, registry, enja_files):
 def test_a_live_lock_names_its_pid_and_a_dead_one_is_taken_over(
     tmp_path, registry, enja_files, caplog
 ):
-    from mtcore.errors import MtcoreError
+    from mtcore.contracts.errors import MtcoreError
 
     work = tmp_path / "w"
     work.mkdir()
@@ -364,7 +364,7 @@ def test_a_live_lock_names_its_pid_and_a_dead_one_is_taken_over(
 
 
 def test_executor_contract_declares_workers(registry):
-    from mtcore.plugin import Executor
+    from mtcore.contracts.plugin import Executor
 
     local = registry.load("executors", "local").from_dict({"workers": 3})
     assert isinstance(local, Executor) and local.workers == 3

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mtcore.cli import cli
-from mtcore.display import Display
-from mtcore.errors import MtcoreError, RecipeError, StepError
-from mtcore.recipe import build_recipe
-from mtcore.registry import load_registry
-from mtcore.resources import Resources, ResourceSpec, parse_slots, parse_time, step_resources
-from mtcore.runner import Runner
-from mtcore.schedule import remaining_paths, simulate
+from mtcore.cli.app import cli
+from mtcore.contracts.errors import MtcoreError, RecipeError, StepError
+from mtcore.contracts.registry import load_registry
+from mtcore.recipe.load import build_recipe
+from mtcore.run.display import Display
+from mtcore.run.resources import Resources, ResourceSpec, parse_slots, parse_time, step_resources
+from mtcore.run.runner import Runner
+from mtcore.run.schedule import remaining_paths, simulate
 from tests import probe_steps
 
 pytestmark = pytest.mark.usefixtures("uncapped")  # these runs set their own slots, or none
@@ -214,7 +214,7 @@ def test_the_list_schedule_and_its_makespan(registry):
             "d": {**wait(0, "d"), "inputs": {"x": "b", "y": "c", "z": "e"}},
         }
     )
-    from mtcore.plan import make_plan
+    from mtcore.recipe.plan import make_plan
 
     plan = make_plan(build_recipe(doc, registry), registry)
     cost = {"a": 1.0, "b": 10.0, "c": 4.0, "e": 3.0, "d": 1.0}

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from mtcore.corpus import Corpus
-from mtcore.errors import DataError, RecipeError
-from mtcore.metrics import build_metrics
-from mtcore.recipe import build_recipe
-from mtcore.registry import load_registry
+from mtcore.contracts.errors import DataError, RecipeError
+from mtcore.contracts.registry import load_registry
+from mtcore.data.corpus import Corpus
+from mtcore.recipe.load import build_recipe
+from mtcore.system.metrics import build_metrics
 from mtcore_plugins.steps import select_models
 from mtcore_plugins.steps.select_models import SelectModelsStep
 

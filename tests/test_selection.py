@@ -17,10 +17,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from mtcore.corpus import Corpus, CorpusWriter
-from mtcore.errors import DataError
-from mtcore.recipe import build_recipe
-from mtcore.runner import Runner
+from mtcore.contracts.errors import DataError
+from mtcore.data.corpus import Corpus, CorpusWriter
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from mtcore_plugins.sources.gettext import parse_mo
 from mtcore_plugins.steps.knn_select import KnnSelectStep, neighbours_table
 from mtcore_plugins.steps.score import ScoreStep, read_scores

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from mtcore.corpus import Corpus
-from mtcore.errors import PluginError, RecipeError
-from mtcore.recipe import build_recipe
-from mtcore.registry import load_registry
-from mtcore.runner import Runner
-from mtcore.selection import Budget, Selector, select_pool
+from mtcore.chain.selection import Budget, Selector, select_pool
+from mtcore.contracts.errors import PluginError, RecipeError
+from mtcore.contracts.registry import load_registry
+from mtcore.data.corpus import Corpus
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from mtcore_plugins.steps.clean import CleanStep
 from mtcore_plugins.steps.knn_select import KnnSelectStep
 from mtcore_plugins.steps.selection import SelectionConfig, SelectionStep

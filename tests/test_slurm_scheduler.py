@@ -15,14 +15,14 @@ import time
 import pytest
 import yaml
 
-from mtcore.recipe import build_recipe
-from mtcore.registry import load_registry
-from mtcore.runner import Runner
+from mtcore.contracts.registry import load_registry
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from tests import probe_steps
 from tests.slurm_cluster import slurm_cluster  # noqa: F401
 from tests.test_scheduler import DIAMOND, overlap, probe_root, recipe  # noqa: F401
 
-MTCORE = [sys.executable, "-m", "mtcore.cli_entry"]
+MTCORE = [sys.executable, "-m", "mtcore.cli"]
 
 
 @pytest.mark.usefixtures("slurm_cluster", "probe_root", "uncapped")

@@ -19,12 +19,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from mtcore.corpus import InputPolicy
-from mtcore.errors import DataError
-from mtcore.hashing import content_hash
-from mtcore.plugin import identity_dict
-from mtcore.registry import load_registry
-from mtcore.stats import Stats
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.plugin import identity_dict
+from mtcore.contracts.registry import load_registry
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import InputPolicy
+from mtcore.recipe.hashing import content_hash
 from mtcore_plugins.sources._download import FileSpec
 from mtcore_plugins.sources.gettext import GettextSource, catalog_units
 from mtcore_plugins.sources.local import LocalSource
@@ -650,7 +650,7 @@ def test_a_failed_download_names_the_data_entry_and_address(server, tmp_path) ->
     """A paper profile fetches thirty corpora: a 404 says which data entry and which address."""
     from click.testing import CliRunner
 
-    from mtcore.cli import cli
+    from mtcore.cli.app import cli
 
     document = {
         "name": "t",
@@ -720,7 +720,7 @@ def test_url_read_errors_name_the_url(server, tmp_path) -> None:
 
 def fetch_step(tmp_path, source: str, config: dict) -> tuple[Path, dict]:
     """The fetch step of a data entry run outside a recipe: its corpus folder and counts."""
-    from mtcore.step import StepContext
+    from mtcore.contracts.step import StepContext
     from mtcore_plugins.executors.local import LocalExecutor
     from mtcore_plugins.steps.fetch import FetchStep
 

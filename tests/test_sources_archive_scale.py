@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtcore.corpus import InputPolicy
-from mtcore.recipe import build_recipe
-from mtcore.registry import Registry
-from mtcore.runner import Runner
-from mtcore.stats import Stats
+from mtcore.contracts.registry import Registry
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import InputPolicy
+from mtcore.recipe.load import build_recipe
+from mtcore.run.runner import Runner
 from mtcore_plugins.sources.local import LocalSource
 from tests.conftest import SHARED, clean_split_recipe
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from mtcore.corpus import InputPolicy
-from mtcore.errors import DataError
-from mtcore.stats import Stats
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import InputPolicy
 from mtcore_plugins.sources.local import LocalSource
 from mtcore_plugins.sources.url import UrlSource
 from tests.conftest import SHARED

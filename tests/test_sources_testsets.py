@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.corpus import InputPolicy
-from mtcore.errors import DataError
-from mtcore.formats import clean
-from mtcore.stats import Stats
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import InputPolicy
+from mtcore.data.formats import clean
 from mtcore_plugins.sources.local import LocalSource
 from mtcore_plugins.sources.url import UrlSource
 from tests.conftest import SHARED

@@ -17,10 +17,10 @@ import sacrebleu
 import yaml
 from click.testing import CliRunner
 
-from mtcore.cli import cli
-from mtcore.metrics import build_metrics
-from mtcore.recipe import StepSpec
-from mtcore.registry import load_registry
+from mtcore.cli.app import cli
+from mtcore.contracts.registry import load_registry
+from mtcore.recipe.load import StepSpec
+from mtcore.system.metrics import build_metrics
 from tests.conftest import SHARED, real_slice
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stage_significance.py"

@@ -8,10 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from mtcore.corpus import BOM
-from mtcore.errors import DataError
-from mtcore.textblock import TextColumn
-from mtcore.textkernels import BAD_CHARS, CharClasses, decode_column
+from mtcore.contracts.errors import DataError
+from mtcore.data.corpus import BOM
+from mtcore.text.block import TextColumn
+from mtcore.text.kernels import BAD_CHARS, CharClasses, decode_column
 from tests.conftest import SHARED
 
 RAW_TEXT = [

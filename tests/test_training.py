@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from mtcore.errors import DataError, StepError
-from mtcore.step import Artifact
+from mtcore.contracts.errors import DataError, StepError
+from mtcore.contracts.step import Artifact
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtcore.step import Artifact
+from mtcore.contracts.step import Artifact
 from mtcore_plugins.steps.train import TrainStep
 
 from .test_fairseq_steps import TRAIN, binarized, corpora, spm_model  # noqa: F401 (fixtures)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from mtcore.errors import DataError
-from mtcore.stats import Stats
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.stats import Stats
 from mtcore_plugins.sources._download import Downloader, FileSpec
 from tests.test_sources import LoopbackServer
 
@@ -57,8 +57,8 @@ def crafted_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
     [
         # as decoding, the neural LM scorer and the converter set up a process
         "from mtcore_plugins.common.fairseq_setup import add_safe_globals; add_safe_globals()",
-        # as the CLI and mtcore.jobs do, before any step
-        "from mtcore.process import safe_torch_loads; safe_torch_loads()",
+        # as the CLI and mtcore.run.jobs do, before any step
+        "from mtcore.exec.process import safe_torch_loads; safe_torch_loads()",
     ],
     ids=["fairseq-setup", "cli"],
 )
@@ -203,9 +203,9 @@ def test_a_hostile_recipe_is_a_clean_error_within_a_second(tmp_path, text, messa
     here is 5 s so that a loaded CI machine does not fail it, still far from minutes."""
     import time
 
-    from mtcore.errors import RecipeError
-    from mtcore.recipe import load_recipe
-    from mtcore.registry import load_registry
+    from mtcore.contracts.errors import RecipeError
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import load_recipe
 
     path = tmp_path / "hostile.yaml"
     path.write_text(text, encoding="utf-8")
@@ -218,8 +218,8 @@ def test_a_hostile_recipe_is_a_clean_error_within_a_second(tmp_path, text, messa
 
 
 def test_a_set_value_is_bounded_too():
-    from mtcore.errors import RecipeError
-    from mtcore.overrides import parse_set
+    from mtcore.contracts.errors import RecipeError
+    from mtcore.recipe.overrides import parse_set
 
     with pytest.raises(RecipeError, match="YAML aliases expand"):
         parse_set("steps.x=" + LAUGHS)
@@ -231,8 +231,8 @@ def test_a_seg_line_of_many_seg_tags_is_read_in_linear_time(tmp_path):
     milliseconds; the bound here only has to tell the two apart on a loaded machine."""
     import time
 
-    from mtcore.corpus import InputPolicy
-    from mtcore.formats import read_sgm
+    from mtcore.data.corpus import InputPolicy
+    from mtcore.data.formats import read_sgm
 
     hostile = "<seg>" * 40_000
     files = []
@@ -304,8 +304,8 @@ def save(folder: Path, info: dict) -> None:
 
 
 def load(folder: Path):
-    from mtcore.export import load_system
-    from mtcore.registry import load_registry
+    from mtcore.contracts.registry import load_registry
+    from mtcore.system.export import load_system
 
     return load_system(folder, load_registry())
 
@@ -356,7 +356,7 @@ def test_a_hostile_system_json_is_a_clean_error(tmp_path, path, value, message):
     """Each finding of the review: ids used as paths, artifact paths outside the directory,
     kinds and settings no replay has, executor settings (a runtime_env put the directory on
     PYTHONPATH), all refused before any step runs."""
-    from mtcore.errors import MtcoreError
+    from mtcore.contracts.errors import MtcoreError
 
     info = write_system(tmp_path)
     save(tmp_path, edit(info, path, value))
@@ -366,7 +366,7 @@ def test_a_hostile_system_json_is_a_clean_error(tmp_path, path, value, message):
 
 
 def test_changed_unlisted_and_linked_artifacts_are_refused(tmp_path):
-    from mtcore.errors import MtcoreError
+    from mtcore.contracts.errors import MtcoreError
 
     write_system(tmp_path)
     model = tmp_path / "artifacts" / "truecaser-0123456789.model"
@@ -409,7 +409,7 @@ def test_random_damage_to_system_json_ends_in_clean_errors_fast(tmp_path):
     import random
     import time
 
-    from mtcore.errors import MtcoreError
+    from mtcore.contracts.errors import MtcoreError
 
     write_system(tmp_path)
     good = (tmp_path / "system.json").read_bytes()
@@ -431,9 +431,9 @@ def test_random_damage_to_system_json_ends_in_clean_errors_fast(tmp_path):
 @pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "x" * 200])
 def test_a_recipe_name_is_a_plain_name(tmp_path, name):
     """The name is the default workdir's folder: '..' made the current directory the workdir."""
-    from mtcore.errors import RecipeError
-    from mtcore.recipe import load_recipe
-    from mtcore.registry import load_registry
+    from mtcore.contracts.errors import RecipeError
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import load_recipe
 
     path = tmp_path / "r.yaml"
     path.write_text(json.dumps({"name": name, "steps": {}}), encoding="utf-8")
@@ -443,8 +443,8 @@ def test_a_recipe_name_is_a_plain_name(tmp_path, name):
 
 def test_a_lock_file_is_never_opened_through_a_link(tmp_path):
     """A .lock planted as a link in a shared workdir had the run truncate the file it named."""
-    from mtcore.errors import MtcoreError
-    from mtcore.runner import workdir_lock
+    from mtcore.contracts.errors import MtcoreError
+    from mtcore.run.runner import workdir_lock
 
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me\n", encoding="utf-8")
@@ -468,12 +468,12 @@ subprocess.run([sys.executable, "-m", "planted"], check=False)
 
 @pytest.mark.parametrize(
     ("setup", "runs"),
-    [("", True), ("from mtcore.process import safe_children; safe_children()", False)],
+    [("", True), ("from mtcore.exec.process import safe_children; safe_children()", False)],
     ids=["bare", "mtcore"],
 )
 def test_children_do_not_import_modules_from_the_working_directory(tmp_path, setup, runs):
     """``python -m X`` puts the working directory first on sys.path: a planted module of that
-    name ran in every child mtcore started; after safe_children (the CLI's and mtcore.jobs'
+    name ran in every child mtcore started; after safe_children (the CLI's and mtcore.run.jobs'
     start) it does not."""
     (tmp_path / "planted.py").write_text("open('ran', 'w').close()\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
@@ -491,7 +491,7 @@ def test_jieba_reads_its_cache_from_a_folder_of_this_user_only(tmp_path, monkeyp
     folder = jieba_cache()
     assert folder == tmp_path / "cache" / "jieba" and folder.stat().st_mode & 0o777 == 0o700
     folder.chmod(0o777)
-    from mtcore.errors import PluginError
+    from mtcore.contracts.errors import PluginError
 
     with pytest.raises(PluginError, match="writable by you alone"):
         jieba_cache()
@@ -505,8 +505,8 @@ def test_one_huge_compressed_line_is_never_held_whole(tmp_path, too_long):
     import gzip
     import tracemalloc
 
-    from mtcore.corpus import InputPolicy
-    from mtcore.ingest import ingest
+    from mtcore.data.corpus import InputPolicy
+    from mtcore.data.ingest import ingest
     from mtcore_plugins.executors.local import LocalExecutor
 
     src = tmp_path / "c.en.gz"
@@ -545,7 +545,7 @@ def test_a_damaged_step_is_found_and_runs_again(tmp_path, enja_files, write_reci
     where the mtime moved), mtcore verify reports, and the next run redoes the step."""
     from click.testing import CliRunner
 
-    from mtcore.cli import cli
+    from mtcore.cli.app import cli
     from tests.conftest import clean_split_recipe
 
     doc = clean_split_recipe("verify", enja_files, [{"name": "length", "max_length": 80}], 20)
@@ -595,8 +595,8 @@ def test_saved_shard_results_are_data_and_a_damaged_one_runs_again(tmp_path):
     ran its code. Now a damaged file is recomputed and a crafted one refused."""
     import pickle
 
-    from mtcore.errors import StepError
-    from mtcore.shards import _path, map_shards
+    from mtcore.contracts.errors import StepError
+    from mtcore.exec.shards import _path, map_shards
     from mtcore_plugins.executors.local import LocalExecutor
 
     executor = LocalExecutor.from_dict({"workers": 1})
@@ -638,7 +638,7 @@ def test_unpinned_downloads_are_locked_checked_and_relocked(tmp_path, write_reci
     naming the lock file; `mtcore lock` records the new file; a size cap stops a large one."""
     from click.testing import CliRunner
 
-    from mtcore.cli import cli
+    from mtcore.cli.app import cli
     from tests.conftest import clean_split_recipe
 
     for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
@@ -702,9 +702,9 @@ def test_random_damage_to_a_recipe_ends_in_clean_errors_fast(tmp_path):
     import random
     import time
 
-    from mtcore.errors import MtcoreError
-    from mtcore.recipe import load_recipe
-    from mtcore.registry import load_registry
+    from mtcore.contracts.errors import MtcoreError
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import load_recipe
 
     registry = load_registry()
     good = (Path(__file__).resolve().parents[1] / "recipes" / "yishu.yaml").read_bytes()
@@ -734,8 +734,8 @@ def test_a_block_of_decompressed_lines_has_a_byte_budget(tmp_path):
     import gzip
     import tracemalloc
 
-    from mtcore.corpus import InputPolicy
-    from mtcore.ingest import ingest
+    from mtcore.data.corpus import InputPolicy
+    from mtcore.data.ingest import ingest
     from mtcore_plugins.executors.local import LocalExecutor
 
     line = b"b" * (1 << 20) + b"\n"

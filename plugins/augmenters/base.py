@@ -1,4 +1,5 @@
-"""What the built-in augmenters share. The contract itself is :class:`mtcore.plugin.Augmenter`:
+"""What the built-in augmenters share. The contract itself is
+:class:`mtcore.contracts.plugin.Augmenter`:
 an augmenter receives a shard of one side (the source side, say) with the corpus line number of
 its first line and returns one line per input line, in order, its randomness a function of its
 seed and the line number alone (:func:`line_rng`). Augmenters are chained by the ``augment``

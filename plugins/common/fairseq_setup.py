@@ -51,7 +51,7 @@ def root_logging_kept() -> Iterator[None]:
 
 def add_safe_globals() -> None:
     """The allow-list above, and every torch load of the process weights-only whatever the
-    environment says (:func:`mtcore.process.safe_torch_loads`)."""
+    environment says (:func:`mtcore.exec.process.safe_torch_loads`)."""
     import torch.serialization
 
     from mtcore.api import safe_torch_loads

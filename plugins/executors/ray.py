@@ -1,12 +1,13 @@
 """Runs data-step shards on Ray, an existing distributed engine (no cluster code of our own).
 
 Tasks run on a pool of long-lived Ray actors, one process each, so what a worker caches at
-module level (the built filter chain of :mod:`mtcore.filtering`, and with it any model a filter
+module level (the built filter chain of :mod:`mtcore.chain.filtering`, and with it any model a
+filter
 loaded) is built once per worker, not once per shard. Results come back in task order with a
-bounded number in flight, exactly like the local executor, so :func:`mtcore.shards.map_shards`
+bounded number in flight, exactly like the local executor, so :func:`mtcore.exec.shards.map_shards`
 saves each finished shard on the driver as it arrives: a worker or driver that dies loses only
 the shards in flight. A shard whose worker died is retried on the restarted worker
-(``max_retries``); past that the step fails with a :class:`~mtcore.errors.StepError` and a
+(``max_retries``); past that the step fails with a :class:`~mtcore.contracts.errors.StepError` and a
 rerun submits only the missing shards.
 
 Ray is optional (``pip install 'mtcore[ray]'``) and imported only when workers start.

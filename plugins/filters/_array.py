@@ -1,4 +1,4 @@
-"""Base of the filters written as array code over a :class:`mtcore.textblock.TextBlock`."""
+"""Base of the filters written as array code over a :class:`mtcore.text.block.TextBlock`."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from mtcore_plugins.filters._array import ArrayFilter
 SPACE = 32
 # The regex module's \\s (Unicode White_Space, which is not quite str.isspace: U+001C..U+001F
 # are not in it) over U+0000..U+3001; U+3001 is not a space and stands for every code point
-# above the table, as in mtcore.textblock.
+# above the table, as in mtcore.text.block.
 REGEX_SPACE = np.array([bool(regex.match(r"\s", chr(c))) for c in range(0x3002)], dtype=np.bool_)
 
 

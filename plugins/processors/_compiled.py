@@ -1,7 +1,7 @@
 """Compiled passes for the text processors that run on every line of a corpus.
 
 A batch of lines is one array of code points (each line ended by ``\\n``, the layout of a
-decoded :class:`mtcore.textblock.TextColumn`), and a kernel rewrites it: a pass at memory speed
+decoded :class:`mtcore.text.block.TextColumn`), and a kernel rewrites it: a pass at memory speed
 in place of a Python call per line. The ``normalize`` step hands processors that have such a
 pass (``process_codes``) the decoded column itself, and encodes their output straight back to
 UTF-8; called with a list of lines, the same pass runs on the lines joined. Each kernel gives

@@ -2,7 +2,7 @@
 
 A step without GPUs runs in a thread of the driver (its tools are processes of their own:
 fairseq-train forked warm, the executor's pool workers), so it shares the warm starts and the
-worker pool of the run. A step with GPUs runs as ``python -m mtcore.jobs`` with its own
+worker pool of the run. A step with GPUs runs as ``python -m mtcore.run.jobs`` with its own
 ``CUDA_VISIBLE_DEVICES``: the devices it was given, and only those, for every process it
 starts. ``mtcore run --slots cpu=N,gpu=M`` caps what it uses (``cpu=1``: one step at a time).
 """
@@ -65,7 +65,7 @@ class LocalSchedulerConfig(PluginConfig):
 
 
 class LocalScheduler(Scheduler):
-    """Threads for CPU steps, ``python -m mtcore.jobs`` processes for GPU steps."""
+    """Threads for CPU steps, ``python -m mtcore.run.jobs`` processes for GPU steps."""
 
     name = "local"
     Config = LocalSchedulerConfig
@@ -122,7 +122,7 @@ class LocalScheduler(Scheduler):
         job.log.parent.mkdir(parents=True, exist_ok=True)
         with open(job.log, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "mtcore.jobs", str(job.folder)],
+                [sys.executable, "-m", "mtcore.run.jobs", str(job.folder)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

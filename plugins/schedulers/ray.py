@@ -1,5 +1,5 @@
 """Steps on a Ray cluster: each step a detached, named Ray actor holding the step's CPUs, GPUs
-and memory, which runs ``mtcore.jobs.run_job`` on the workdir (a file system that every node
+and memory, which runs ``mtcore.run.jobs.run_job`` on the workdir (a file system that every node
 shares, at the same path) and ends itself. Detached, so it outlives the driver: a new driver
 finds it by its name (recorded in the step's job folder) and waits for it instead of starting
 the step a second time. Ray sets the actor's ``CUDA_VISIBLE_DEVICES`` to the GPUs it holds.

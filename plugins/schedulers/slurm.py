@@ -1,5 +1,5 @@
 """Steps as Slurm jobs, submitted through submitit: each an ``sbatch`` job with the step's CPUs,
-GPUs, memory and wall time, running ``mtcore.jobs.run_job`` on the workdir (a file system that
+GPUs, memory and wall time, running ``mtcore.run.jobs.run_job`` on the workdir (a file system that
 every node shares, at the same path). The driver polls ``squeue`` for its jobs and reads what
 each job wrote of itself; a job outlives the driver, and a new driver re-attaches to it by the
 id recorded in the step's job folder. submitit's files (the job's stdout and stderr among them)

@@ -13,8 +13,8 @@ The ways to name the files (exactly one per source)::
 
 ``separator`` (with ``tsv``) splits the fields on another string, e.g. ``" ||| "`` for the
 ``source ||| target`` files of fast_align, Moses and the Microtopia corpus. ``format: sgm``
-(automatic for names ending in ``.sgm``) reads WMT ``<seg>`` files; see :mod:`mtcore.formats`
-and :mod:`mtcore.archives`.
+(automatic for names ending in ``.sgm``) reads WMT ``<seg>`` files; see :mod:`mtcore.data.formats`
+and :mod:`mtcore.data.archives`.
 
 ``obtain`` says how to get a file that no address serves (a registration-gated corpus: what to
 download, from where, where to put it); it ends the error raised when a file is missing.
@@ -83,7 +83,7 @@ def content_fingerprint(paths: list[Path]) -> str:
     """sha256 of each file's bytes, in column order: copying the data elsewhere, checking it
     out again or touching it keeps every cached step that read it (a fingerprint of path,
     size and mtime did not: a re-copied data directory re-ran whole recipes). Each hash is
-    remembered by path, size, mtime and inode (:func:`mtcore.hashing.content_hash`), so an
+    remembered by path, size, mtime and inode (:func:`mtcore.recipe.hashing.content_hash`), so an
     unchanged file is read once."""
     return json.dumps([content_hash(p) for p in paths])
 

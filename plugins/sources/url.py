@@ -4,11 +4,11 @@ Each file is downloaded to ``<cache_dir>/<key>.part`` (key: the pinned sha256, e
 of the URL); an interrupted download resumes from the partial file with ``Range: bytes=N-``
 (a server that ignores Range and answers 200 is downloaded again from byte 0). The complete file
 is checked against ``sha256`` and renamed into place atomically as ``<key>`` or ``<key>.gz`` (the
-suffix is what makes :func:`mtcore.corpus.open_binary` decompress it). A file in the cache is
+suffix is what makes :func:`mtcore.data.corpus.open_binary` decompress it). A file in the cache is
 never downloaded again; it was verified before it was renamed there. Then the files are read
 like the ``local`` source's: one file per language (plain or WMT ``.sgm``), a TSV file, a WMT
 XML test set, or members of a downloaded tar or zip archive (``archive`` + ``member``), streamed
-out of the cached archive without unpacking it (:mod:`mtcore.archives`). Changing ``member``
+out of the cached archive without unpacking it (:mod:`mtcore.data.archives`). Changing ``member``
 or ``columns`` reruns the read only; the archive stays in the cache.
 
 Without ``sha256`` nothing guards against the server changing the file between two resumed

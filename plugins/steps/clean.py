@@ -1,10 +1,10 @@
 """Cleans a parallel corpus with a chain of filter plugins, sharded over the executor.
 
 The driver cuts the input files into shards of bytes at newlines; workers decode, check and
-score them (:func:`mtcore.filtering.chain_task`) and send back one small verdict array per
+score them (:func:`mtcore.chain.filtering.chain_task`) and send back one small verdict array per
 shard; the driver applies stateful filters in corpus order and appends the kept lines, cut
 out of the input bytes, to the output. No pair is ever re-encoded, so the output bytes of a
-kept pair are exactly its input bytes. The engine (:func:`mtcore.cleaning.clean_corpus`) does
+kept pair are exactly its input bytes. The engine (:func:`mtcore.chain.cleaning.clean_corpus`) does
 all of that; this step writes what it returns.
 """
 

@@ -2,7 +2,7 @@
 a top fraction or a percentile band over one score column or a weighted sum of columns.
 
 The cut is the core's selection budget (:class:`mtcore.api.Budget`, as the ``selection`` step
-applies it to a selector's scores) over :func:`mtcore.ranking.ranked_cut`, the one the clean
+applies it to a selector's scores) over :func:`mtcore.chain.ranking.ranked_cut`, the one the clean
 step's ``keep`` rules use:
 ties at a top-k/fraction boundary go to the earlier pair, so counts are exact; a NaN score
 (a pair a scorer could not score) fails every threshold and ranks last. Kept pairs are written

@@ -1,0 +1,39 @@
+"""Options and loading shared by the ``mtcore`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mtcore.contracts.registry import load_registry
+
+
+def recipe_options(f: Any) -> Any:
+    f = click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY.PATH=VALUE",
+        help="Override a recipe value (repeatable).",
+    )(f)
+    f = click.option(
+        "--profile", "-p", default=None, help="Profile to apply (default: the recipe's)."
+    )(f)
+    return click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))(f)
+
+
+def load(recipe_path: Path, profile: str | None, sets: tuple[str, ...]) -> tuple[Any, Any, Any]:
+    from mtcore.contracts.hooks import make_plugin_manager
+    from mtcore.recipe.load import load_recipe
+
+    registry = load_registry()
+    recipe = load_recipe(recipe_path, registry, profile, list(sets))
+    hooks = make_plugin_manager()
+    hooks.hook.mtcore_recipe_loaded(recipe=recipe)
+    return registry, recipe, hooks
+
+
+def default_workdir(recipe: Any, workdir: Path | None) -> Path:
+    return workdir if workdir is not None else Path("work") / recipe.name

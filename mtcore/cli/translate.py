@@ -1,0 +1,169 @@
+"""``mtcore translate`` and ``mtcore export``: new text through a stage of a finished run or of
+an exported system (see mtcore.system.inference and mtcore.system.export)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from mtcore.cli.common import default_workdir, load, recipe_options
+from mtcore.contracts.errors import MtcoreError
+
+WORKDIR = click.option(
+    "--workdir",
+    "-w",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The finished run's workdir (default: work/<recipe name>).",
+)
+DIRECTION = click.option(
+    "--direction", "-d", default=None, help="en-ja or enja (default: the recipe's only one)."
+)
+STAGE = click.option(
+    "--stage", "-s", default=None, help="A stage of the recipe (default: the direction's last)."
+)
+
+
+@click.command()
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--profile", "-p", default=None, help="Profile to apply (default: the recipe's).")
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a recipe value."
+)
+@click.option(
+    "--system",
+    "system_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="An exported system (mtcore export) instead of RECIPE and its workdir.",
+)
+@WORKDIR
+@DIRECTION
+@STAGE
+@click.option(
+    "--input",
+    "-i",
+    "input_path",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default="-",
+    help="Lines to translate (default: stdin).",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output_path",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default="-",
+    help="Where the translations go, one line per input line (default: stdout).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default=None,
+    help="Decode on this device (default: what the recipe's steps say).",
+)
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Repair invalid UTF-8 (U+FFFD) and NUL bytes instead of stopping at the line.",
+)
+@click.option("--list-stages", is_flag=True, help="List the stages and directions, then stop.")
+def translate(
+    recipe: Path | None,
+    profile: str | None,
+    sets: tuple[str, ...],
+    system_dir: Path | None,
+    workdir: Path | None,
+    direction: str | None,
+    stage: str | None,
+    input_path: Path,
+    output_path: Path,
+    device: str | None,
+    repair: bool,
+    list_stages: bool,
+) -> None:
+    """Translate new text with a stage of a finished run: the same steps the run takes from its
+    test set to that stage's evaluated output (preprocessing, models or ensemble, n-best
+    reranking with the tuned weights, post-processing), one output line per input line."""
+    from mtcore.system.inference import REPAIR, STRICT_KEEP, Translator, build_hint, stages
+
+    progress = sys.stderr.isatty()
+    if system_dir is not None:
+        from mtcore.contracts.registry import load_registry
+        from mtcore.system.export import load_system
+
+        if recipe is not None or workdir is not None:
+            raise MtcoreError("--system replaces RECIPE and --workdir; give one or the other")
+        system = load_system(system_dir, load_registry(), device, progress)
+    else:
+        if recipe is None:
+            raise MtcoreError("give RECIPE (and --workdir), or --system DIR")
+        registry, loaded, _ = load(recipe, profile, sets)
+        if list_stages:
+            for found in stages(loaded):
+                click.echo(f"{found.direction}\t{found.name}\t(scored by {found.evaluate})")
+            return
+        where = default_workdir(loaded, workdir)
+        system = Translator.from_run(loaded, registry, where, direction, stage, device, progress,
+                                     build_hint=build_hint(recipe, profile, where))  # fmt: skip
+    policy = REPAIR if repair else STRICT_KEEP
+    if str(input_path) == "-":
+        with tempfile.TemporaryDirectory(prefix="mtcore-stdin-") as name:
+            saved = Path(name) / "stdin"
+            with open(saved, "wb") as handle:
+                shutil.copyfileobj(sys.stdin.buffer, handle)
+            hyps, stats = system.translate_file(saved, policy, shown="<stdin>")
+    else:
+        hyps, stats = system.translate_file(input_path, policy)
+    for rule, count in stats.as_dict().items():
+        click.echo(f"input: {rule} {count} (repaired)", err=True)
+    text = "".join(line + "\n" for line in hyps).encode("utf-8")
+    if str(output_path) == "-":
+        sys.stdout.buffer.write(text)
+        sys.stdout.buffer.flush()
+    else:
+        output_path.write_bytes(text)
+
+
+@click.command()
+@recipe_options
+@WORKDIR
+@DIRECTION
+@STAGE
+@click.option(
+    "--output",
+    "-o",
+    "folder",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A new directory for the system.",
+)
+def export(
+    recipe: Path,
+    profile: str | None,
+    sets: tuple[str, ...],
+    workdir: Path | None,
+    direction: str | None,
+    stage: str | None,
+    folder: Path,
+) -> None:
+    """Write a stage of a finished run as a self-contained directory (models, vocabularies,
+    SentencePiece and truecase models, rerank weights and feature models, post-processing
+    settings, scores) for mtcore translate --system DIR."""
+    from mtcore.system.export import export_system
+    from mtcore.system.inference import Translator, build_hint
+
+    registry, loaded, _ = load(recipe, profile, sets)
+    where = default_workdir(loaded, workdir)
+    hint = build_hint(recipe, profile, where)
+    system = Translator.from_run(loaded, registry, where, direction, stage, build_hint=hint)
+    info = export_system(loaded, registry, system, where, folder)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    click.echo(
+        f"{folder}: stage {system.stage.name} ({system.stage.direction}), "
+        f"{len(info['steps'])} steps, {size / 1e6:.1f} MB"
+    )

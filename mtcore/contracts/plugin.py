@@ -1,0 +1,537 @@
+"""Base classes of the plugin kinds. A plugin is one small class: ``name``, a nested pydantic
+``Config`` and one or two methods. The registry finds them through entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.config import JsonDict
+
+from mtcore.contracts.errors import PluginError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class PluginConfig(BaseModel):
+    """Base of every plugin's ``Config``: unknown keys are errors, values are validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Plugin:
+    """Common base: ``name`` equals the entry-point name; ``Config`` holds the settings."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type[PluginConfig]] = PluginConfig
+    licences: ClassVar[Mapping[str, str]] = {}
+    """The licences of the models or data the plugin runs, by backend or file (empty: only
+    its code's, the package's): ``mtcore plugins KIND --show NAME`` prints them, so a user
+    checks them before shipping a system trained with them."""
+
+    def __init__(self, config: PluginConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None) -> Plugin:
+        return cls(cls.Config.model_validate(values or {}))
+
+
+Pair = tuple[str, ...]
+"""One segment of a corpus: one string per language, in the corpus' language order."""
+
+
+class Source(Plugin):
+    """Yields a corpus. ``langs`` lists its languages in column order (one for monolingual)."""
+
+    def langs(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """A string that changes whenever the data this source yields would change."""
+        raise NotImplementedError
+
+    def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
+        """Yield segments in order. File-reading sources read through
+        :func:`mtcore.data.corpus.read_parallel` / :func:`mtcore.data.read.read_tsv` with ``policy``
+        (an :class:`mtcore.data.corpus.InputPolicy`) and count what it handled in ``stats``; the
+        fetch step additionally checks every yielded segment for newlines and NUL bytes."""
+        raise NotImplementedError
+
+    def line_files(self, stats: Any) -> list[Path] | None:
+        """The corpus as line-aligned text files on disk (plain, ``.gz`` or ``.xz``), one per
+        language in column order, downloaded first by a source that downloads. The fetch step
+        then reads them sharded over the executor (:mod:`mtcore.data.ingest`) through the same input
+        policy, giving what :meth:`read` would. None (the default): it iterates :meth:`read`."""
+        return None
+
+    def explain(self, exc: Exception) -> Exception:
+        """``exc`` (a :class:`mtcore.contracts.errors.DataError` naming one of :meth:`line_files`)
+        with
+        what the source knows about that file added, e.g. the address it was downloaded
+        from; by default ``exc`` itself."""
+        return exc
+
+
+class Filter(Plugin):
+    """OpusFilter's split: ``score`` a batch, then ``accept`` each score.
+
+    ``score`` receives a list of pairs and returns a list of the same length, in the same order;
+    a score is a number or one number per side (or per side combination). A ``stateful``
+    filter (deduplication) sees every pair of the corpus in order in one process; a stateless
+    one may run on shards in parallel.
+
+    Speed: the engine hands a filter a :class:`mtcore.text.block.TextBlock` (a shard as UTF-8
+    buffers, code points and line offsets). ``score_block``/``accept_block`` default to the
+    per-pair methods; a filter overrides them with array code to run at corpus speed.
+
+    Ranking: ``higher_is_better`` says which way ``rank_key`` (one number per pair) points, so
+    that a chain entry can keep a top fraction, a top k or a percentile band instead of using
+    the filter's own threshold; ``None`` means the filter cannot be ranked.
+
+    Resources: a filter that needs an artifact another step made (a language model, a
+    dev/test set to exclude) names the clean step's input role in its settings; ``setup``
+    receives the role -> artifact directory mapping.
+
+    Fitting: a filter whose model is learnt from the data itself (an unsupervised word
+    aligner) asks for a sample of the corpus with ``fit_size``; the engine calls ``fit`` on it
+    once, before any shard is scored, and every scoring process reads the result through
+    ``use_fit``, so a pair's score does not depend on the shard it is scored in.
+    """
+
+    stateful: ClassVar[bool] = False
+    higher_is_better: ClassVar[bool | None] = None
+    vectorized: ClassVar[bool] = False
+    """True when ``score_block`` is array code that is cheaper on a whole shard than on a
+    subset: the engine then scores whole shards and indexes the pairs still alive."""
+    char_classes: ClassVar[tuple[str, ...]] = ()
+    """Sets of characters whose per-line counts the filter reads with
+    ``TextColumn.count_chars(chars)``: the engine counts the sets of the whole chain in the
+    pass that decodes a shard (eight at most; others are counted when asked)."""
+    batch_dependent: ClassVar[bool] = False
+    """True when a pair's score depends on the other pairs scored with it. A fitted filter
+    (``fit_size``) may be so only when scored without its fit (called directly): the engine
+    fits it once per corpus, so its scores do not depend on shards."""
+
+    def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
+        """Called once per process before the first batch, with the corpus languages."""
+        self.langs = langs
+        self.resources = dict(resources or {})
+
+    def resource(self, role: str) -> Path:
+        """The artifact directory connected to the step's input ``role``; a clear error when
+        the recipe did not connect it."""
+        if role not in self.resources:
+            have = ", ".join(sorted(self.resources)) or "none"
+            raise PluginError(
+                f"filter {self.name!r} needs the step input {role!r} (connect it under the "
+                f"step's inputs; connected: {have})"
+            )
+        return self.resources[role]
+
+    def score(self, batch: Sequence[Pair]) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def accept(self, score: Any) -> bool:
+        raise NotImplementedError
+
+    def fit_size(self) -> int:
+        """Pairs of the corpus that ``fit`` wants to learn from; 0 (the default): none, the
+        filter is not fitted. The engine draws them evenly spaced over the whole corpus and
+        passes on those the earlier filters of the chain keep, whatever the shard size."""
+        return 0
+
+    def fit(self, sample: Sequence[Pair], folder: Path) -> None:
+        """Learns a corpus-level model from ``sample`` and writes it into the empty directory
+        ``folder``. Called once per step, in the driver, before any shard is scored; the same
+        sample must give the same model (a rerun may refit, or reuse a completed fit)."""
+        raise NotImplementedError
+
+    def use_fit(self, folder: Path) -> None:
+        """Reads the model ``fit`` wrote; called after ``setup`` in every process that scores."""
+        raise NotImplementedError
+
+    def score_block(self, block: Any) -> Any:
+        """Scores of every pair of a :class:`mtcore.text.block.TextBlock`: an array of shape
+        (n,) or (n, k), or a list as ``score`` returns."""
+        return self.score(block.pairs())
+
+    def score_rows(self, block: Any, rows: Any) -> Any:
+        """Vectorized filters: the scores of the pairs at ``rows`` (sorted indices, the pairs
+        still alive in the chain) of ``block``, as ``score_block(block)[rows]``. A filter whose
+        kernel works line by line overrides it to score those lines alone."""
+        import numpy as np
+
+        return np.asarray(self.score_block(block))[rows]
+
+    def prepare_block(self, block: Any) -> Any:
+        """Stateful filters only: the per-pair items (hashes, say) that ``score`` will see in
+        the driver, computed in the workers. The default is the pairs themselves."""
+        return block.pairs()
+
+    def accept_block(self, scores: Any) -> Any:
+        """A boolean array: which of ``scores`` (as ``score_block`` returned them) pass."""
+        import numpy as np
+
+        return np.fromiter((bool(self.accept(s)) for s in scores), dtype=bool, count=len(scores))
+
+    def rank_key(self, scores: Any) -> Any:
+        """One float per pair for ranking, ``higher_is_better`` giving the direction. The
+        default takes the worst side of per-side scores."""
+        import numpy as np
+
+        values = np.asarray(scores, dtype=np.float64)
+        if values.ndim == 1:
+            return values
+        return values.min(axis=1) if self.higher_is_better else values.max(axis=1)
+
+
+class Processor(Plugin):
+    """Rewrites text: ``process(batch, lang) -> same-length list``.
+
+    A processor may also have a compiled path, ``process_codes(codes, lang)``: the batch as a
+    ``uint32`` array of code points, each line ended by ``\\n`` (a decoded column's layout),
+    rewritten to the same layout and line count. The ``normalize`` step then never builds
+    ``str`` lines for it. ``None`` (the default) means there is no such path."""
+
+    def process(self, batch: Sequence[str], lang: str) -> list[str]:
+        raise NotImplementedError
+
+    def process_codes(self, codes: np.ndarray, lang: str) -> np.ndarray | None:
+        return None
+
+
+class Augmenter(Plugin):
+    """Rewrites one side of a corpus line by line, reproducibly. ``augment(lines, lang,
+    first_line)`` returns a list as long as ``lines``; line ``i`` is corpus line
+    ``first_line + i`` (1-based) of the side in language ``lang``. Any randomness must come from
+    the augmenter's settings and the line number alone (``random.Random`` seeded from both),
+    never from the shard or the process, so the output is the same whatever the shard size,
+    the worker count or a resumed run. The ``augment`` step chains augmenters."""
+
+    def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
+        raise NotImplementedError
+
+
+class Metric(Plugin):
+    """Corpus score with a reproducibility signature. A metric that decomposes into
+    per-segment sufficient statistics (BLEU, as sacrebleu's base ``Metric`` does with
+    ``_extract_corpus_statistics`` and ``_compute_score_from_stats``) also implements
+    :meth:`segment_statistics` and :meth:`score_statistics`: a tuner or a reranker then scores
+    any selection of hypotheses by summing rows instead of re-scoring text."""
+
+    def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Any:
+        """``refs`` is a list of reference streams, each as long as ``hyps``. Returns a
+        :class:`mtcore.system.metrics.Score`."""
+        raise NotImplementedError
+
+    def segment_statistics(
+        self,
+        hyps: Sequence[str],
+        refs: Sequence[Sequence[str]],
+        lang: str,
+        of: Sequence[int] | None = None,
+    ) -> Any:
+        """A (hypotheses, k) numpy array of sufficient statistics: the column sums over any
+        selection of rows give that selection's corpus score through :meth:`score_statistics`.
+        Hypothesis ``i`` is scored against segment ``of[i]`` of every reference stream (an
+        n-best list scores several hypotheses against one segment); by default segment ``i``."""
+        raise PluginError(
+            f"metric {self.name!r} has no segment statistics (its corpus score is not a sum "
+            "over segments); choose one that has, such as bleu"
+        )
+
+    def score_statistics(self, stats: Any, sentence: bool = False) -> Any:
+        """The score of each row of ``stats`` (2-D: summed statistics, one selection a row);
+        ``sentence`` gives the metric's sentence-level form (BLEU: effective order)."""
+        raise PluginError(f"metric {self.name!r} has no segment statistics")
+
+
+class Model(Plugin):
+    """Registers architectures, criteria or optimizers into fairseq's own registries.
+
+    ``register()`` is called before fairseq parses arguments or loads a checkpoint;
+    ``user_dir()`` names a directory fairseq's ``--user-dir`` can import in a subprocess.
+    """
+
+    def register(self) -> None:
+        raise NotImplementedError
+
+    def user_dir(self) -> str | None:
+        return None
+
+
+class Scorer(Plugin):
+    """A rerank feature: ``score`` takes a batch of (source, hypothesis) pairs and returns one
+    float per pair, same order; higher means better for the feature's own reading (a tuner
+    learns the weight, and so the sign). The step names the feature column (the plugin's name
+    unless the recipe gives another).
+
+    Resources: like a filter, a scorer that needs an artifact another step made (a model, a
+    language model) names the rerank step's input role in its settings; ``setup`` receives the
+    languages and the role -> artifact directory mapping, once per process."""
+
+    def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
+        self.src, self.tgt = src, tgt
+        self.resources = dict(resources or {})
+
+    def resource(self, role: str) -> Path:
+        """The artifact directory connected to the step's input ``role``."""
+        if role not in self.resources:
+            have = ", ".join(sorted(self.resources)) or "none"
+            raise PluginError(
+                f"scorer {self.name!r} needs the step input {role!r} (connect it under the "
+                f"step's inputs; connected: {have})"
+            )
+        return self.resources[role]
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        raise NotImplementedError
+
+
+NBest = Sequence[Sequence[tuple[str, Mapping[str, float]]]]
+"""Per source sentence, its hypotheses as (text, feature name -> value)."""
+
+
+class Tuner(Plugin):
+    """Learns rerank weights on a dev n-best: a hypothesis scores ``sum_j w_j * f_j`` and the
+    best-scoring one of each sentence is the output. ``fit`` receives the feature names to
+    weigh, the n-best (every hypothesis carries every feature), the reference streams (each as
+    long as the n-best) and the target language; it returns one weight per feature."""
+
+    def fit(
+        self, features: Sequence[str], nbest: NBest, refs: Sequence[Sequence[str]], lang: str
+    ) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class Executor(Plugin):
+    """Runs tasks of a data step: ``map(fn, tasks)`` yields results in task order.
+    ``workers`` is how many tasks may run at once (steps share the cores out by it)."""
+
+    @property
+    def workers(self) -> int:
+        """The ``workers`` setting where the plugin has one and it is set, else 1."""
+        value = getattr(self.config, "workers", None)
+        return value if isinstance(value, int) and value > 0 else 1
+
+    @property
+    def shares_files(self) -> bool:
+        """Whether workers read this machine's files at the driver's paths (a task may then
+        name a file and a byte range instead of carrying the bytes)."""
+        return True
+
+    def map(self, fn: Any, tasks: Any) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release workers."""
+
+    def abort(self) -> None:
+        """Stop at once, abandoning running tasks (the run was interrupted); by default the
+        same as :meth:`close`."""
+        self.close()
+
+
+NOT_IDENTITY: JsonDict = {"identity": False}
+"""``Field(..., json_schema_extra=NOT_IDENTITY)`` marks a setting that cannot change a step's
+output (a cache directory, a timeout, a thread count): it is left out of the step's hash."""
+
+
+def components(kind: str, reserved: tuple[str, ...] = ()) -> JsonDict:
+    """``Field(..., json_schema_extra=components("filters"))`` marks a setting that lists
+    component plugins of ``kind`` (each a name, or a mapping with ``name`` and the plugin's
+    settings), or holds one such entry (a rerank step's ``tuner``). This one declaration is what
+    the step's hash (the plugin's settings less what its ``Config`` marks ``NOT_IDENTITY``),
+    its validation (:meth:`mtcore.contracts.step.Step.check`) and its recorded plugin versions
+    (:meth:`mtcore.contracts.step.Step.plugins_used`) read. ``reserved`` keys of an entry belong
+    to the step or engine running it (a filter's ``keep``, a processor's ``langs``), not to the
+    plugin.
+    """
+    return {"components": kind, "reserved": list(reserved)}
+
+
+@dataclass(frozen=True)
+class ComponentField:
+    """One setting of a config marked :func:`components`, as set."""
+
+    field: str
+    kind: str
+    reserved: tuple[str, ...]
+    entries: tuple[Any, ...]
+    listed: bool  # a list of entries (locations ``field.i``), else one entry (``field``)
+
+
+def component_fields(config: BaseModel) -> list[ComponentField]:
+    """The settings of ``config`` marked :func:`components`, in declaration order; one left
+    unset (None) names no plugin."""
+    found = []
+    for name, field in type(config).model_fields.items():
+        extra = field.json_schema_extra
+        kind = extra.get("components") if isinstance(extra, dict) else None
+        value = getattr(config, name)
+        if not isinstance(kind, str) or value is None:
+            continue
+        listed = isinstance(value, list | tuple)
+        entries = tuple(value) if listed else (value,)
+        marked = extra.get("reserved") if isinstance(extra, dict) else None
+        reserved = tuple(str(k) for k in marked) if isinstance(marked, list) else ()
+        found.append(ComponentField(name, kind, reserved, entries, listed))
+    return found
+
+
+def entry_name(entry: Any) -> str | None:
+    """The plugin name of a component entry (a name, or a mapping with ``name``)."""
+    if isinstance(entry, str):
+        return entry
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return None if name is None else str(name)
+
+
+def pydantic_problems(
+    exc: ValidationError, prefix: str = "", strip_prefix: tuple[str, ...] = ()
+) -> list[str]:
+    """``steps.clean.filters.1.max_ratio: Input should be greater than 1``."""
+    out = []
+    for err in exc.errors():
+        parts = [str(p) for p in err["loc"]]
+        if parts and parts[0] in strip_prefix:
+            parts = parts[1:]
+        where = ".".join(p for p in ([prefix] if prefix else []) + parts)
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown setting"
+        out.append(f"{where}: {message}" if where else message)
+    return out
+
+
+def check_components(
+    registry: Any,
+    kind: str,
+    entries: Sequence[Any],
+    field: str,
+    reserved: tuple[str, ...] = (),
+) -> list[tuple[str, str]]:
+    """Problems of a step setting that lists component plugins, each entry a name or
+    ``{name: ..., <settings>}``; locations are relative to the step (``filters.1.max_ratio``).
+    ``reserved`` keys of an entry belong to the step (a filter's ``keep``, a processor's
+    ``langs``) and are not the plugin's settings."""
+    problems: list[tuple[str, str]] = []
+    for i, entry in enumerate(entries):
+        name = entry_name(entry)
+        if name is None:
+            problems.append((f"{field}.{i}.name", f"Field required (a {kind[:-1]} plugin name)"))
+            continue
+        try:
+            cls = registry.load(kind, name)
+        except PluginError as exc:
+            problems.append((f"{field}.{i}.name", str(exc)))
+            continue
+        skip = ("name", *reserved)
+        settings = (
+            {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k not in skip}
+        )
+        try:
+            cls.Config.model_validate(settings)
+        except ValidationError as exc:
+            for problem in pydantic_problems(exc, f"{field}.{i}"):
+                where, _, message = problem.partition(": ")
+                problems.append((where, message))
+    return problems
+
+
+def check_component_fields(
+    fields: Sequence[ComponentField], registry: Any
+) -> list[tuple[str, str]]:
+    """:func:`check_components` over each of ``fields``; one entry's problems are located at
+    the field itself (``tuner.method``, not ``tuner.0.method``)."""
+    problems = []
+    for found in fields:
+        for where, message in check_components(
+            registry, found.kind, found.entries, found.field, found.reserved
+        ):
+            if not found.listed and where.startswith(f"{found.field}.0"):
+                where = found.field + where[len(found.field) + 2 :]
+            problems.append((where, message))
+    return problems
+
+
+HASHED_WHEN_SET: JsonDict = {"hashed_when_set": True}
+"""``Field(..., json_schema_extra=HASHED_WHEN_SET)`` marks a setting added after recipes were
+cached: left out of the step's hash while it has its default, so that the steps of recipes that
+do not use it keep their hashes (and their cached outputs)."""
+
+
+def ignored_when(**settings: Any) -> JsonDict:
+    """``Field(..., json_schema_extra=ignored_when(backend="fairseq"))`` marks a setting the
+    output ignores while the config's other settings have these values (CTranslate2's compute
+    type under the fairseq backend): it is then left out of the step's hash."""
+    return {"ignored_when": settings}
+
+
+def _hashed(field: Any) -> bool:
+    extra = field.json_schema_extra
+    return not (isinstance(extra, dict) and extra.get("identity") is False)
+
+
+def _left_out(config: BaseModel, field: Any, dumped: Any) -> bool:
+    """Whether a setting stays out of the hash: marked ``NOT_IDENTITY``, ``HASHED_WHEN_SET`` at
+    its default, or ``ignored_when`` its condition holds."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if extra.get("identity") is False:
+        return True
+    if extra.get("hashed_when_set") is True and dumped == field.default:
+        return True
+    condition = extra.get("ignored_when")
+    return isinstance(condition, dict) and all(
+        getattr(config, key) == value for key, value in condition.items()
+    )
+
+
+def identity_dict(config: BaseModel, registry: Any = None) -> dict[str, Any]:
+    """The config as JSON values, at every depth (nested models and, given the ``registry``,
+    the settings of components, lists or one), less what the markers leave out of a hash:
+    ``NOT_IDENTITY``, ``HASHED_WHEN_SET`` at its default, ``ignored_when``."""
+    out: dict[str, Any] = {}
+    dumped = config.model_dump(mode="json")
+    for name, field in type(config).model_fields.items():
+        if _left_out(config, field, dumped[name]):
+            continue
+        value = getattr(config, name)
+        extra = field.json_schema_extra
+        kind = extra.get("components") if isinstance(extra, dict) else None
+        if isinstance(value, BaseModel):
+            out[name] = identity_dict(value, registry)
+        elif registry is not None and isinstance(kind, str) and isinstance(dumped[name], list):
+            out[name] = [component_identity(registry, kind, entry) for entry in dumped[name]]
+        elif registry is not None and isinstance(kind, str) and isinstance(dumped[name], dict):
+            out[name] = component_identity(registry, kind, dumped[name])
+        else:
+            out[name] = dumped[name]
+    return out
+
+
+def component_identity(registry: Any, kind: str, entry: Any) -> Any:
+    """A component entry as written, less the plugin's settings marked ``NOT_IDENTITY``
+    (keys the plugin's ``Config`` does not know, such as an engine's ``keep``, stay)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        return entry
+    plugin = registry.load(kind, entry["name"])
+    return _strip(entry, plugin.Config)
+
+
+def _strip(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        field = model.model_fields.get(key)
+        if field is not None and not _hashed(field):
+            continue
+        inner = field.annotation if field is not None else None
+        if isinstance(value, dict) and isinstance(inner, type) and issubclass(inner, BaseModel):
+            value = _strip(value, inner)
+        out[key] = value
+    return out

@@ -1,0 +1,221 @@
+"""The step contract: the verbs of a recipe. A step reads its input artifacts, writes its outputs
+into the directories the runner gives it and reports counts and metrics; the runner owns
+hashing, caching, the temporary directory and the manifest."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mtcore.contracts.plugin import (
+    ComponentField,
+    Executor,
+    Plugin,
+    PluginConfig,
+    check_component_fields,
+    component_fields,
+    entry_name,
+    identity_dict,
+)
+from mtcore.contracts.stats import Stats
+from mtcore.run.resources import Resources
+
+if TYPE_CHECKING:
+    from mtcore.contracts.registry import Registry
+
+ARTIFACT_FILE = "artifact.json"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One output directory of a completed step, with the metadata its step wrote."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @classmethod
+    def open(cls, path: Path) -> Artifact:
+        meta_file = path / ARTIFACT_FILE
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+        return cls(path, meta)
+
+    @property
+    def type(self) -> str:
+        return str(self.meta.get("type", "files"))
+
+
+def write_artifact_meta(path: Path, **meta: Any) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ARTIFACT_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+@dataclass
+class StepContext:
+    """What a running step sees. ``work`` survives a killed run (resume state lives there);
+    ``output(name)`` is a directory inside it that the runner renames into place on success."""
+
+    step_id: str
+    kind: str
+    step_hash: str
+    work: Path
+    inputs: dict[str, Artifact]
+    executor: Executor
+    registry: Registry
+    stats: Stats = field(default_factory=Stats)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("mtcore.step"))
+    show_progress: bool = True
+    progress_sink: Callable[[str, int | None, str], Any] | None = None
+    """Where bars go when a display shows several running steps (:mod:`mtcore.run.display`):
+    called with (step id, total, description), it returns the bar."""
+
+    def output(self, name: str) -> Path:
+        path = self.work / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def fresh_output(self, name: str) -> Path:
+        """An output the step writes whole in one go (a tool that refuses to overwrite, such as
+        fairseq-preprocess): what an interrupted earlier attempt left in it is removed."""
+        path = self.work / name
+        if path.exists():
+            shutil.rmtree(path)
+        return self.output(name)
+
+    def scratch(self, name: str) -> Path:
+        """A resume-safe working directory that is not part of the output."""
+        path = self.work / ".scratch" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def progress(self, total: int | Callable[[], int] | None, desc: str) -> Any:
+        """A progress bar; ``total`` may be a function, called only when the bar is shown
+        (counting a corpus's lines reads it once more)."""
+        from tqdm import tqdm
+
+        if callable(total):
+            total = total() if self.show_progress else None
+        if self.progress_sink is not None:
+            return self.progress_sink(self.step_id, total, desc)
+        return tqdm(
+            total=total,
+            desc=f"{self.step_id}: {desc}",
+            unit="seg",
+            disable=not self.show_progress,
+            leave=False,
+            mininterval=1.0,
+        )
+
+
+class Step(Plugin):
+    """A recipe verb. ``inputs`` maps role to whether it is required; ``outputs`` names the
+    output directories, the first being the default one a bare reference picks."""
+
+    inputs: ClassVar[dict[str, bool]] = {}
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
+    trains: ClassVar[bool] = False  # trains a model: comparisons report its seconds as training
+    fetches: ClassVar[bool] = False
+    """Turns one of a recipe's ``data`` entries into a corpus: the recipe builds a step of the
+    one installed kind that says so for each entry (settings ``source``, ``config``, and any of
+    the entry's keys the kind's config declares)."""
+    streams: ClassVar[tuple[str, ...]] = ()
+    """Input roles whose lines the default output keeps one for one, in order (the corpus a
+    step translates, normalizes, truecases or reranks). ``mtcore translate`` replays the steps
+    that lead from a test set to a stage's output through these roles on new text; every other
+    input is a finished artifact of the run (a model, a vocabulary, tuned weights)."""
+
+    def components_used(self) -> list[ComponentField]:
+        """The config's settings marked :func:`~mtcore.contracts.plugin.components` that these
+        settings
+        use: all of them, unless :meth:`unused_components` names some."""
+        unused = self.unused_components()
+        return [f for f in component_fields(self.config) if f.field not in unused]
+
+    def unused_components(self) -> set[str]:
+        """Component settings these settings leave unused (a rerank step given fixed weights
+        fits no tuner): neither checked nor recorded. None by default."""
+        return set()
+
+    def check(self, registry: Registry) -> list[tuple[str, str]]:
+        """Problems of the config's plugin references, as (location, message) pairs: by
+        default those of its component settings; a step with checks of its own adds them to
+        ``super().check(registry)``."""
+        return check_component_fields(self.components_used(), registry)
+
+    def plugins_used(self) -> list[tuple[str, str]]:
+        """(kind, name) of every component plugin this step calls, whose versions enter the
+        step's hash: by default those its component settings name; a step that calls others
+        (a source, model plugins named elsewhere) adds them."""
+        return [
+            (found.kind, name)
+            for found in self.components_used()
+            for name in map(entry_name, found.entries)
+            if name is not None
+        ]
+
+    def identity(self, registry: Registry) -> dict[str, Any]:
+        """The settings that define the output, for the step's hash."""
+        return identity_dict(self.config, registry)
+
+    def written_outputs(self) -> tuple[str, ...]:
+        """The outputs this configured step writes: by default all of ``outputs``; a step whose
+        settings leave some unwritten (select_models' ``top``) names the others, so a reference
+        to one of those is a problem at validation."""
+        return self.outputs
+
+    def stage(self, step_id: str) -> tuple[str, str] | None:
+        """``(stage, direction)`` when this step, with this id, scores a stage of the system
+        (the report's stage table, ``mtcore translate``'s ``--stage``); None by default."""
+        return None
+
+    def fingerprint(self, registry: Registry) -> str:
+        """Extra identity beyond the config: what outside the workdir the output depends on
+        (a source's files, say). Called at planning time; keep it cheap."""
+        return ""
+
+    def run(self, ctx: StepContext) -> None:
+        raise NotImplementedError
+
+    def resources(self) -> Resources:
+        """What one run of this configured step holds (the scheduler places steps by it): the
+        step's ``threads`` setting where it has one (0, torch's default of every core, holds
+        this machine's cores), else one CPU thread. A recipe's ``resources:`` overrides it
+        (:mod:`mtcore.run.resources`)."""
+        return Resources(cpus=thread_count(getattr(self.config, "threads", None)))
+
+    def work(self) -> dict[str, float]:
+        """What the cost model needs to estimate this step's time before it has run: a
+        training says ``{"tokens": N}`` (target tokens it will see); by default nothing, and
+        the step counts as a data step (:mod:`mtcore.costs`)."""
+        return {}
+
+    def live(self, work: Path) -> str:
+        """One short line of how far a running step is, read from what it has written in
+        ``work`` (a training: updates of max_update, loss, updates/s); empty when it has
+        nothing to say. Called from the display's thread while the step runs: read only."""
+        return ""
+
+    def for_new_text(self, finished: Path) -> tuple[Step, tuple[str, ...]]:
+        """This step as ``mtcore translate`` replays it on new text, given its output directory
+        in the finished run. A step that learns from other inputs on the way (rerank: weights
+        tuned on a dev n-best) returns a copy that applies what it learned, and the input roles
+        the copy no longer reads; by default the step itself, reading every input."""
+        return self, ()
+
+
+def thread_count(threads: object) -> int:
+    """CPU threads a ``threads`` setting takes: itself, or every core for 0 (torch's default);
+    one for a step without the setting."""
+    if not isinstance(threads, int):
+        return 1
+    return threads if threads > 0 else (os.cpu_count() or 1)
+
+
+def config_dict(config: PluginConfig) -> dict[str, Any]:
+    return config.model_dump(mode="json")

@@ -1,0 +1,159 @@
+"""Members of tar and zip archives, and single compressed files, read as byte streams.
+
+Nothing is unpacked to disk: a tar member is read from the archive in stream mode (``r|*``,
+which also reads ``.tar.gz``/``.tgz``, ``.tar.bz2`` and ``.tar.xz``), decompressing as it goes;
+a zip member through :meth:`zipfile.ZipFile.open`. Two members of one tar (one per language)
+are two independent streams over the archive. A member whose own name ends in ``.gz`` or
+``.xz`` is decompressed too.
+
+A member is chosen by its exact path in the archive (a leading ``./`` does not matter) or by a
+glob (:func:`fnmatch.fnmatchcase`, where ``*`` also crosses ``/``) that must match exactly one
+regular file. Listing a tar's
+members takes one pass over it; the list is remembered by the archive's content hash in
+``<cache>/archives/`` so that a changed ``member`` setting does not pay that pass again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import gzip
+import json
+import lzma
+import os
+import tarfile
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from mtcore.contracts.errors import DataError
+from mtcore.recipe.hashing import cache_home, content_hash
+
+# What a truncated or corrupt compressed stream raises while it is being read.
+CORRUPT = (EOFError, OSError, lzma.LZMAError, zlib.error, tarfile.TarError, zipfile.BadZipFile)
+SHOWN = 20  # member names listed in an error
+
+
+@contextlib.contextmanager
+def decompressing(handle: IO[bytes], name: str) -> Iterator[IO[bytes]]:
+    """``handle`` decompressed as its ``name`` says (``.gz``, ``.xz``), else as it is; closes
+    ``handle`` on exit."""
+    with handle:
+        lower = name.lower()
+        if lower.endswith(".gz"):
+            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
+                yield unzipped  # type: ignore[misc]
+        elif lower.endswith(".xz"):
+            with lzma.LZMAFile(handle, "rb") as unxz:
+                yield unxz  # type: ignore[misc]
+        else:
+            yield handle
+
+
+def open_compressed(path: Path) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """A plain, ``.gz`` or ``.xz`` file (by its name) as a stream of its text bytes."""
+    return decompressing(open(path, "rb"), path.name)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One regular file inside an archive; shown as ``archive!member`` in messages."""
+
+    archive: Path
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.archive}!{self.name}"
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[IO[bytes]]:
+        if zipfile.is_zipfile(self.archive):
+            with (
+                zipfile.ZipFile(self.archive) as archive,
+                decompressing(archive.open(self.name), self.name) as handle,
+            ):
+                yield handle
+            return
+        with open_tar(self.archive) as tar:
+            for info in tar:
+                if info.name == self.name and info.isfile():
+                    raw = tar.extractfile(info)
+                    assert raw is not None  # a regular file always has a stream
+                    with decompressing(raw, self.name) as handle:
+                        yield handle
+                    return
+        raise DataError(f"{self}: no such member (did the archive change after it was listed?)")
+
+
+@contextlib.contextmanager
+def open_tar(archive: Path) -> Iterator[tarfile.TarFile]:
+    try:
+        tar = tarfile.open(archive, mode="r|*")  # noqa: SIM115 (closed below)
+    except tarfile.TarError as exc:
+        raise DataError(
+            f"{archive}: not a tar or zip archive ({exc}); a single plain, .gz or .xz file "
+            "is read with files: or tsv:, not archive:"
+        ) from exc
+    with tar:
+        yield tar
+
+
+def scan(archive: Path) -> list[str]:
+    """Names of the regular files in ``archive``, in archive order (one pass over a tar)."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as handle:
+            return [info.filename for info in handle.infolist() if not info.is_dir()]
+    try:
+        with open_tar(archive) as tar:
+            return [info.name for info in tar if info.isfile()]
+    except DataError:
+        raise
+    except CORRUPT as exc:
+        raise DataError(f"{archive}: cannot be listed, truncated or corrupt: {exc}") from exc
+
+
+def members(archive: Path) -> list[str]:
+    """:func:`scan`, remembered by the archive's content hash."""
+    memo = cache_home() / "archives" / f"{content_hash(archive)}.json"
+    with contextlib.suppress(OSError, ValueError):
+        names = json.loads(memo.read_text(encoding="utf-8"))
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return names
+    names = scan(archive)
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next run a pass
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=memo.parent, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(names, out, ensure_ascii=False)
+        os.replace(temp, memo)
+    return names
+
+
+def listed(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:SHOWN])
+    return shown + (f", ... ({len(names) - SHOWN} more)" if len(names) > SHOWN else "")
+
+
+def find_member(archive: Path, pattern: str, what: str) -> Member:
+    """The one member named ``pattern`` or matching it as a glob; ``what`` says which setting
+    asked for it, for the error."""
+    names = members(archive)
+    exact = [name for name in names if name.removeprefix("./") == pattern.removeprefix("./")]
+    if len(exact) == 1:  # tar files made with `tar -C dir .` name members ./path
+        return Member(archive, exact[0])
+    hits = [name for name in names if fnmatch.fnmatchcase(name.removeprefix("./"), pattern)]
+    if len(hits) == 1:
+        return Member(archive, hits[0])
+    if not hits:
+        raise DataError(
+            f"{archive}: no member matches {pattern!r} ({what}); the archive holds "
+            f"{len(names)} files: {listed(names)}"
+        )
+    raise DataError(
+        f"{archive}: {len(hits)} members match {pattern!r} ({what}): {listed(hits)}; give a "
+        "path or pattern that matches exactly one"
+    )

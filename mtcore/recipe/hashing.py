@@ -1,0 +1,137 @@
+"""Stable hashes of configs and files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+CHUNK = 1 << 20
+
+
+def hash_json(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+LOG_SUFFIX = ".log"  # tool logs: kept with a step's outputs, never part of their hashes
+
+
+def hash_tree(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file under ``root`` (relative POSIX path -> hex); hidden entries and
+    logs (``*.log``: timestamps, absolute paths, a resumed tool's second start) skipped, so a
+    step resumed after a kill has the output hashes of one that ran through."""
+    out: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts) or rel.as_posix() in skip:
+            continue
+        if path.suffix == LOG_SUFFIX:
+            continue
+        if path.is_file():
+            out[rel.as_posix()] = linked_hash(path) or hash_file(path)
+    return out
+
+
+def linked_files(root: Path) -> dict[str, list[int]]:
+    """``[size, mtime_ns]`` of every file under ``root`` that has other hard links (an input
+    the fetch step linked instead of copying, :mod:`mtcore.data.ingest`): the runner records them
+    and runs the step again if one changed, since a change to the linked file changes the
+    output too."""
+    out: dict[str, list[int]] = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        if path.is_file() and st.st_nlink > 1:
+            out[path.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def linked_hash(path: Path) -> str | None:
+    """The remembered sha256 (:func:`content_hash`) of a file ``path`` is a hard link of: the
+    same inode, size and mtime, checked on the remembered path; None if there is none."""
+    st = path.stat()
+    if st.st_nlink < 2:
+        return None
+    try:
+        db = _open_memory()
+    except (OSError, sqlite3.Error):
+        return None
+    try:
+        with db:
+            rows = db.execute(
+                "SELECT path, sha256 FROM files WHERE inode = ? AND size = ? AND mtime_ns = ?",
+                (st.st_ino, st.st_size, st.st_mtime_ns),
+            ).fetchall()
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+    for other, digest in rows:
+        try:
+            if os.path.samefile(other, path):
+                return str(digest)
+        except OSError:
+            continue
+    return None
+
+
+def cache_home() -> Path:
+    """``$MTCORE_CACHE``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/mtcore."""
+    if os.environ.get("MTCORE_CACHE"):
+        return Path(os.environ["MTCORE_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mtcore"
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of ``path``'s bytes, remembered by (path, size, mtime_ns, inode) as DVC does, so
+    an unchanged file is read once. A copy, a checkout or a ``touch`` re-reads the file but
+    keeps its hash (and so every cached step that read it); only new bytes change it. The
+    memory is an SQLite file in :func:`cache_home` shared by processes; if it cannot be
+    opened, every call reads the file."""
+    path = Path(path).absolute()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    try:
+        db = _open_memory()
+    except (OSError, sqlite3.Error):
+        return hash_file(path)
+    try:
+        with db:
+            row = db.execute(
+                "SELECT sha256 FROM files WHERE path = ? AND size = ? AND mtime_ns = ? "
+                "AND inode = ?",
+                key,
+            ).fetchone()
+        if row:
+            return row[0]
+        digest = hash_file(path)
+        with db:
+            db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)", (*key, digest))
+        return digest
+    except sqlite3.Error:
+        return hash_file(path)
+    finally:
+        db.close()
+
+
+def _open_memory() -> sqlite3.Connection:
+    home = cache_home()
+    home.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(home / "file-hashes.sqlite", timeout=60)
+    with db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, "
+            "mtime_ns INTEGER, inode INTEGER, sha256 TEXT)"
+        )
+    return db

@@ -1,0 +1,162 @@
+"""What a step needs to run (CPU threads, GPUs, memory, wall time) and what a place offers.
+
+A step kind declares its needs from its own settings (:meth:`mtcore.contracts.step.Step.resources`:
+a
+training's threads and ``distributed_world_size``); a recipe or profile overrides them under
+``resources:``, by step id, by step kind, or for every step (``default``):
+
+    resources:
+      default: {time: "4:00:00"}
+      train: {gpus: 8, time: "72:00:00"}     # every step of kind train
+      init_enja: {gpus: 4}                   # one step
+
+Resources say where and beside what a step runs, never what it computes: they are part of no
+step's hash.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mtcore.contracts.errors import MtcoreError
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+
+
+def parse_time(value: str | int) -> int:
+    """Minutes of a Slurm-style wall time (``D-HH:MM:SS``, ``HH:MM:SS``, ``HH:MM``) or a plain
+    number of minutes."""
+    if isinstance(value, int):
+        return value
+    match = _TIME.match(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a wall time like '72:00:00', '2-00:00:00' or 90")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+class ResourceSpec(BaseModel):
+    """One ``resources:`` entry; unset fields keep what the step declared."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cpus: int | None = Field(None, ge=1, le=4096, description="CPU threads")
+    gpus: int | None = Field(None, ge=0, le=1024, description="GPUs")
+    memory_gb: float | None = Field(None, gt=0, le=65536, description="memory in GiB")
+    time: int | None = Field(None, ge=1, description="wall-time limit in minutes (or D-HH:MM:SS)")
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, value: Any) -> Any:
+        return parse_time(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one step holds while it runs."""
+
+    cpus: int = 1
+    gpus: int = 0
+    memory_gb: float = 0.0  # 0: not declared (no limit asked for)
+    time: int = 0  # minutes; 0: no limit asked for
+
+    def apply(self, spec: ResourceSpec | None) -> Resources:
+        if spec is None:
+            return self
+        values = {k: v for k, v in spec.model_dump().items() if v is not None}
+        return replace(self, **values)
+
+    def fits(self, free: Resources) -> bool:
+        return (
+            self.cpus <= free.cpus
+            and self.gpus <= free.gpus
+            and (not self.memory_gb or not free.memory_gb or self.memory_gb <= free.memory_gb)
+        )
+
+    def minus(self, other: Resources) -> Resources:
+        return replace(
+            self,
+            cpus=self.cpus - other.cpus,
+            gpus=self.gpus - other.gpus,
+            memory_gb=self.memory_gb - other.memory_gb if self.memory_gb else 0.0,
+        )
+
+    def plus(self, other: Resources) -> Resources:
+        return replace(
+            self,
+            cpus=self.cpus + other.cpus,
+            gpus=self.gpus + other.gpus,
+            memory_gb=self.memory_gb + other.memory_gb if self.memory_gb else 0.0,
+        )
+
+    def describe(self) -> str:
+        parts = [f"cpu={self.cpus}"]
+        if self.gpus:
+            parts.append(f"gpu={self.gpus}")
+        if self.memory_gb:
+            parts.append(f"mem={self.memory_gb:g}G")
+        if self.time:
+            parts.append(f"time={self.time // 60}:{self.time % 60:02d}:00")
+        return ",".join(parts)
+
+
+def largest(nodes: list[Resources]) -> Resources:
+    """The most one of ``nodes`` offers in each resource (what one step can get)."""
+    return Resources(
+        max(n.cpus for n in nodes), max(n.gpus for n in nodes), max(n.memory_gb for n in nodes)
+    )
+
+
+def total(nodes: list[Resources]) -> Resources:
+    """What ``nodes`` offer together (what all running steps can hold)."""
+    return Resources(
+        sum(n.cpus for n in nodes), sum(n.gpus for n in nodes), sum(n.memory_gb for n in nodes)
+    )
+
+
+SLOTS_ENV = "MTCORE_SLOTS"
+"""Caps for runs that pass none (``cpu=N,gpu=M``, as ``--slots``): a machine that runs several
+mtcore runs at once (the test tiers' pytest-xdist workers) gives each its share."""
+
+
+def cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a Slurm or container
+    allocation), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_slots() -> dict[str, int]:
+    """The caps of a run given none: ``MTCORE_SLOTS`` where set, else none."""
+    text = os.environ.get(SLOTS_ENV, "").strip()
+    return parse_slots(text, f"{SLOTS_ENV}={text!r}") if text else {}
+
+
+def parse_slots(text: str, where: str = "") -> dict[str, int]:
+    """``cpu=N,gpu=M`` (either may be left out) as ``{"cpu": N, "gpu": M}``."""
+    where = where or f"--slots {text!r}"
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in ("cpu", "gpu") or not value.isdigit():
+            raise MtcoreError(
+                f"{where}: {part.strip()!r} is not cpu=N or gpu=N (e.g. --slots cpu=4,gpu=2)"
+            )
+        out[key] = int(value)
+    if out.get("cpu") == 0:
+        raise MtcoreError(f"{where}: cpu must be at least 1")
+    return out
+
+
+def step_resources(
+    declared: Resources, step_id: str, kind: str, table: dict[str, ResourceSpec]
+) -> Resources:
+    """The step's resources: what its kind declares, overridden by the recipe's ``default``
+    entry, then its ``<kind>`` entry, then its ``<step id>`` entry, each only in what it sets."""
+    return declared.apply(table.get("default")).apply(table.get(kind)).apply(table.get(step_id))

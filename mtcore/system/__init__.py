@@ -1,0 +1,1 @@
+"""A finished system: scores with signatures, translating new text, and export."""
