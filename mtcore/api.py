@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         NOT_IDENTITY as NOT_IDENTITY,
         Augmenter as Augmenter,
         ComponentField as ComponentField,
+        ConfigT as ConfigT,
         Executor as Executor,
         Filter as Filter,
         Metric as Metric,

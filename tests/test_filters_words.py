@@ -76,12 +76,35 @@ def test_long_word_scores_are_the_longest_token(registry):
     scores = plugin.score_block(block)
     expect_ja = max(map(len, _tokens.tokens(JA_NEWS, "ja")))
     assert scores.tolist() == [[5, expect_ja], [0, 0]]
-    assert not plugin.vectorized  # MeCab runs per line: only on pairs still alive
+    assert not plugin.whole_blocks()  # MeCab runs per line: only on pairs still alive
 
 
 def test_whitespace_only_chains_stay_vectorized(registry):
-    assert build(registry, "long_word", langs=("en", "de")).vectorized
-    assert build(registry, "long_word", unit="word").vectorized
+    assert build(registry, "long_word", langs=("en", "de")).whole_blocks()
+    assert build(registry, "long_word", unit="word").whole_blocks()
+    # the class flag is a constant: a per-line instance leaves it as declared
+    assert not build(registry, "long_word").whole_blocks()
+    assert type(build(registry, "long_word")).vectorized
+
+
+def test_no_plugin_assigns_a_class_flag_per_instance():
+    """Issue 49 point 4: class-level flags (``vectorized``, ``stateful``, ...) stay constants;
+    a filter whose path depends on its settings answers ``whole_blocks()``."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    flags = {"vectorized", "stateful", "higher_is_better", "char_classes"}
+    wrong = []
+    for path in sorted((root / "plugins").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Attribute) and target.attr in flags:
+                        wrong.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize(

@@ -165,7 +165,7 @@ class Chain:
 def _score(plugin: Filter, block: TextBlock, rows: np.ndarray) -> Any:
     """Scores of ``rows``: array filters score those rows of the whole block (cheaper than
     building a sub-block), the others score a sub-block of just those rows."""
-    if plugin.vectorized:
+    if plugin.whole_blocks():
         if len(rows) == len(block):
             return plugin.score_block(block)
         return plugin.score_rows(block, rows)

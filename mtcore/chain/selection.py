@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 
 from mtcore.chain.ranking import KeepSpec, ranked_cut
 from mtcore.contracts.errors import PluginError
-from mtcore.contracts.plugin import Plugin, PluginConfig
+from mtcore.contracts.plugin import ConfigT, Plugin, PluginConfig
 
 if TYPE_CHECKING:
     from mtcore.contracts.step import StepContext
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 RANK_RULES = ("top_k", "top_fraction", "percentile")
 
 
-class Selector(Plugin, ABC):
+class Selector(Plugin[ConfigT], ABC):
     """Picks a subset of a pool by a score: Moore-Lewis, embedding kNN, topic, similarity.
 
     ``fit`` runs once per run, in the driver, before ``score``: it reads the step inputs the

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.config import JsonDict
+from typing_extensions import TypeVar
 
 from mtcore.contracts.errors import PluginError
 
@@ -23,8 +24,19 @@ class PluginConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Plugin:
-    """Common base: ``name`` equals the entry-point name; ``Config`` holds the settings."""
+ConfigT = TypeVar("ConfigT", bound=PluginConfig, default=PluginConfig)
+"""A plugin's settings type: ``class LengthFilter(Filter[LengthConfig])`` types
+``self.config`` as a ``LengthConfig`` and, declared once, sets ``Config`` too."""
+
+
+class Plugin(Generic[ConfigT]):
+    """Common base: ``name`` equals the entry-point name; ``Config`` holds the settings.
+
+    A plugin names its settings type once, as the kind's parameter
+    (``class LengthFilter(Filter[LengthConfig])``): that sets ``Config`` (what the registry
+    validates a recipe's settings with) and types ``self.config``. A class that sets ``Config``
+    itself (a nested ``class Config``) keeps it; one that sets both must name the same class.
+    """
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[PluginConfig]] = PluginConfig
@@ -33,19 +45,39 @@ class Plugin:
     its code's, the package's): ``mtcore plugins KIND --show NAME`` prints them, so a user
     checks them before shipping a system trained with them."""
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
-        self.config = config if config is not None else self.Config()
+    config: ConfigT
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            origin = get_origin(base)
+            if not (isinstance(origin, type) and issubclass(origin, Plugin)):
+                continue
+            args = get_args(base)
+            given = args[0] if args else None
+            if not (isinstance(given, type) and issubclass(given, PluginConfig)):
+                continue  # still generic (``class ArrayFilter(Filter[ConfigT])``)
+            own = cls.__dict__.get("Config")
+            if own is not None and own is not given:
+                raise TypeError(
+                    f"{cls.__qualname__}: Config is {own.__qualname__} but the class is "
+                    f"declared over {given.__qualname__}; name the settings type once"
+                )
+            cls.Config = given
+
+    def __init__(self, config: ConfigT | None = None) -> None:
+        self.config = config if config is not None else cast(ConfigT, self.Config())
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any] | None) -> Plugin:
-        return cls(cls.Config.model_validate(values or {}))
+    def from_dict(cls, values: dict[str, Any] | None) -> Plugin[Any]:
+        return cls(cast(ConfigT, cls.Config.model_validate(values or {})))
 
 
 Pair = tuple[str, ...]
 """One segment of a corpus: one string per language, in the corpus' language order."""
 
 
-class Source(Plugin):
+class Source(Plugin[ConfigT]):
     """Yields a corpus. ``langs`` lists its languages in column order (one for monolingual)."""
 
     def langs(self) -> tuple[str, ...]:
@@ -77,7 +109,7 @@ class Source(Plugin):
         return exc
 
 
-class Filter(Plugin):
+class Filter(Plugin[ConfigT]):
     """OpusFilter's split: ``score`` a batch, then ``accept`` each score.
 
     ``score`` receives a list of pairs and returns a list of the same length, in the same order;
@@ -107,7 +139,9 @@ class Filter(Plugin):
     higher_is_better: ClassVar[bool | None] = None
     vectorized: ClassVar[bool] = False
     """True when ``score_block`` is array code that is cheaper on a whole shard than on a
-    subset: the engine then scores whole shards and indexes the pairs still alive."""
+    subset: the engine then scores whole shards and indexes the pairs still alive. A class
+    constant; a filter whose path depends on its settings or languages says so in
+    :meth:`whole_blocks`."""
     char_classes: ClassVar[tuple[str, ...]] = ()
     """Sets of characters whose per-line counts the filter reads with
     ``TextColumn.count_chars(chars)``: the engine counts the sets of the whole chain in the
@@ -121,6 +155,11 @@ class Filter(Plugin):
         """Called once per process before the first batch, with the corpus languages."""
         self.langs = langs
         self.resources = dict(resources or {})
+
+    def whole_blocks(self) -> bool:
+        """Whether the engine scores whole shards with this filter (after :meth:`setup`); by
+        default the class's ``vectorized``."""
+        return type(self).vectorized
 
     def resource(self, role: str) -> Path:
         """The artifact directory connected to the step's input ``role``; a clear error when
@@ -190,7 +229,7 @@ class Filter(Plugin):
         return values.min(axis=1) if self.higher_is_better else values.max(axis=1)
 
 
-class Processor(Plugin):
+class Processor(Plugin[ConfigT]):
     """Rewrites text: ``process(batch, lang) -> same-length list``.
 
     A processor may also have a compiled path, ``process_codes(codes, lang)``: the batch as a
@@ -205,7 +244,7 @@ class Processor(Plugin):
         return None
 
 
-class Augmenter(Plugin):
+class Augmenter(Plugin[ConfigT]):
     """Rewrites one side of a corpus line by line, reproducibly. ``augment(lines, lang,
     first_line)`` returns a list as long as ``lines``; line ``i`` is corpus line
     ``first_line + i`` (1-based) of the side in language ``lang``. Any randomness must come from
@@ -217,7 +256,7 @@ class Augmenter(Plugin):
         raise NotImplementedError
 
 
-class Metric(Plugin):
+class Metric(Plugin[ConfigT]):
     """Corpus score with a reproducibility signature. A metric that decomposes into
     per-segment sufficient statistics (BLEU, as sacrebleu's base ``Metric`` does with
     ``_extract_corpus_statistics`` and ``_compute_score_from_stats``) also implements
@@ -251,7 +290,7 @@ class Metric(Plugin):
         raise PluginError(f"metric {self.name!r} has no segment statistics")
 
 
-class Model(Plugin):
+class Model(Plugin[ConfigT]):
     """Registers architectures, criteria or optimizers into fairseq's own registries.
 
     ``register()`` is called before fairseq parses arguments or loads a checkpoint;
@@ -265,7 +304,7 @@ class Model(Plugin):
         return None
 
 
-class Scorer(Plugin):
+class Scorer(Plugin[ConfigT]):
     """A rerank feature: ``score`` takes a batch of (source, hypothesis) pairs and returns one
     float per pair, same order; higher means better for the feature's own reading (a tuner
     learns the weight, and so the sign). The step names the feature column (the plugin's name
@@ -297,7 +336,7 @@ NBest = Sequence[Sequence[tuple[str, Mapping[str, float]]]]
 """Per source sentence, its hypotheses as (text, feature name -> value)."""
 
 
-class Tuner(Plugin):
+class Tuner(Plugin[ConfigT]):
     """Learns rerank weights on a dev n-best: a hypothesis scores ``sum_j w_j * f_j`` and the
     best-scoring one of each sentence is the output. ``fit`` receives the feature names to
     weigh, the n-best (every hypothesis carries every feature), the reference streams (each as
@@ -309,7 +348,7 @@ class Tuner(Plugin):
         raise NotImplementedError
 
 
-class Executor(Plugin):
+class Executor(Plugin[ConfigT]):
     """Runs tasks of a data step: ``map(fn, tasks)`` yields results in task order.
     ``workers`` is how many tasks may run at once (steps share the cores out by it)."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mtcore.contracts.plugin import Plugin
+from mtcore.contracts.plugin import ConfigT, Plugin
 from mtcore.run.resources import Resources
 
 
@@ -43,7 +43,7 @@ class Ended:
     manifest: dict[str, Any] | None = None
 
 
-class Scheduler(Plugin):
+class Scheduler(Plugin[ConfigT]):
     """Starts jobs somewhere and reports when they end."""
 
     remote: ClassVar[bool] = False

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mtcore.contracts.plugin import (
     ComponentField,
+    ConfigT,
     Executor,
     Plugin,
     PluginConfig,
@@ -113,7 +114,7 @@ class StepContext:
         )
 
 
-class Step(Plugin):
+class Step(Plugin[ConfigT]):
     """A recipe verb. ``inputs`` maps role to whether it is required; ``outputs`` names the
     output directories, the first being the default one a bare reference picks."""
 
@@ -201,7 +202,7 @@ class Step(Plugin):
         nothing to say. Called from the display's thread while the step runs: read only."""
         return ""
 
-    def for_new_text(self, finished: Path) -> tuple[Step, tuple[str, ...]]:
+    def for_new_text(self, finished: Path) -> tuple[Step[Any], tuple[str, ...]]:
         """This step as ``mtcore translate`` replays it on new text, given its output directory
         in the finished run. A step that learns from other inputs on the way (rerank: weights
         tuned on a dev n-best) returns a copy that applies what it learned, and the input roles

@@ -52,14 +52,12 @@ class NoiseConfig(SeededConfig):
     )
 
 
-class NoiseAugmenter(Augmenter):
+class NoiseAugmenter(Augmenter[NoiseConfig]):
     """Noises each non-empty line with a generator seeded by (seed, line number). A line that
     ends up unchanged is returned byte for byte (its spacing kept); a line never loses every
     word (He et al.'s code keeps one at random)."""
 
     name = "noise"
-    Config = NoiseConfig
-    config: NoiseConfig
 
     def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
         c = self.config

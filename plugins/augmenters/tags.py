@@ -22,12 +22,10 @@ class TagConfig(PluginConfig):
     )
 
 
-class TagAugmenter(Augmenter):
+class TagAugmenter(Augmenter[TagConfig]):
     """Prepends ``token`` to every non-empty line."""
 
     name = "tag"
-    Config = TagConfig
-    config: TagConfig
 
     def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
         return prepend(self.config.token, lines)
@@ -54,12 +52,10 @@ class LangTagConfig(PluginConfig):
         return value
 
 
-class LangTagAugmenter(Augmenter):
+class LangTagAugmenter(Augmenter[LangTagConfig]):
     """Prepends the language token (``<2uk>``) to every non-empty line."""
 
     name = "lang_tag"
-    Config = LangTagConfig
-    config: LangTagConfig
 
     @property
     def token(self) -> str:

@@ -27,13 +27,11 @@ class LocalConfig(PluginConfig):
     )
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(Executor[LocalConfig]):
     """Runs ``fn(task)`` over a process pool (spawned workers: no inherited locks or threads).
     At most ``max_in_flight`` tasks are pending at once, so a lazily read corpus stays lazy."""
 
     name = "local"
-    Config = LocalConfig
-    config: LocalConfig
 
     def __init__(self, config: LocalConfig | None = None) -> None:
         super().__init__(config)

@@ -113,7 +113,7 @@ class ShardWorker:
         return os.getpid()
 
 
-class RayExecutor(Executor):
+class RayExecutor(Executor[RayConfig]):
     """Runs a data step's shards on Ray worker actors (a local or a multi-node cluster).
 
     ``map(fn, tasks)`` yields results in task order with at most ``max_in_flight`` tasks
@@ -121,8 +121,6 @@ class RayExecutor(Executor):
     the cluster only when this executor started it."""
 
     name = "ray"
-    Config = RayConfig
-    config: RayConfig
 
     def __init__(self, config: RayConfig | None = None) -> None:
         super().__init__(config)

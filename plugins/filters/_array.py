@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mtcore.api import Filter, Pair, TextBlock
+from mtcore.api import ConfigT, Filter, Pair, TextBlock
 
 
-class ArrayFilter(Filter):
+class ArrayFilter(Filter[ConfigT]):
     """``score_block``/``accept_block`` are the real implementation; the per-pair ``score`` and
     ``accept`` run them on a one-off block, so both paths give identical decisions."""
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import Filter, Pair, PluginConfig, PluginError, TextBlock
+from mtcore.api import ConfigT, Filter, Pair, PluginConfig, PluginError, TextBlock
 from mtcore_plugins.filters._brackets import (
     KINDS,
     STAND_IN,
@@ -33,7 +33,7 @@ from mtcore_plugins.filters._numbers import (
 )
 
 
-class TwoSidedFilter(Filter):
+class TwoSidedFilter(Filter[ConfigT]):
     """A rule comparing the two sides of a pair; per pair, on the pairs still alive."""
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
@@ -80,14 +80,12 @@ class FinalPunctuationConfig(PluginConfig):
     )
 
 
-class FinalPunctuationFilter(TwoSidedFilter):
+class FinalPunctuationFilter(TwoSidedFilter[FinalPunctuationConfig]):
     """Inconsistent sentence-final punctuation (Yishu §2.1.1). ``...``, ``・・・`` and ``、、、``
     count as ``…``; closing quotes and brackets are looked through. Score: 1 when the two sides
     end alike, else 0."""
 
     name = "final_punctuation"
-    Config = FinalPunctuationConfig
-    config: FinalPunctuationConfig
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
         super().setup(langs, resources)
@@ -173,14 +171,12 @@ class BracketsConfig(PluginConfig):
     )
 
 
-class BracketsFilter(TwoSidedFilter):
+class BracketsFilter(TwoSidedFilter[BracketsConfig]):
     """Score: how many opening and closing brackets differ between the sides (plus the
     unbalanced sides with ``balanced``); accept 0. Full-width, CJK (【】〔〕) and ASCII forms
     are the same bracket."""
 
     name = "brackets"
-    Config = BracketsConfig
-    config: BracketsConfig
     higher_is_better = False
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
@@ -245,15 +241,13 @@ class NumbersConfig(PluginConfig):
     max_unmatched: int = Field(0, ge=0, le=1000, description="most unmatched numbers kept")
 
 
-class NumbersFilter(TwoSidedFilter):
+class NumbersFilter(TwoSidedFilter[NumbersConfig]):
     """Numbers written in Arabic digits on one side that the other side lacks, in any
     notation: ``3万`` matches ``30,000``, ``15亿`` ``1.5 billion``, ``３０`` ``thirty``,
     ``7月`` ``July`` (the notations: :mod:`mtcore_plugins.filters._numbers`). Score: the
     numbers of both sides left without a match (each match used once)."""
 
     name = "numbers"
-    Config = NumbersConfig
-    config: NumbersConfig
     higher_is_better = False
 
     def score(self, batch: Sequence[Pair]) -> list[int]:
@@ -320,13 +314,11 @@ class UrlsConfig(PluginConfig):
     max_unmatched: int = Field(0, ge=0, le=1000, description="most unmatched links kept")
 
 
-class UrlsFilter(TwoSidedFilter):
+class UrlsFilter(TwoSidedFilter[UrlsConfig]):
     """URLs that differ between the sides (Xiaomi §2.2.1). Score: links found on one side and
     not the other."""
 
     name = "urls"
-    Config = UrlsConfig
-    config: UrlsConfig
     higher_is_better = False
 
     def score(self, batch: Sequence[Pair]) -> list[int]:

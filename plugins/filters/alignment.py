@@ -154,12 +154,10 @@ def iterations(model: int, pairs: int, rel: float) -> list[str]:
     ]
 
 
-class AlignmentFilter(Filter):
+class AlignmentFilter(Filter[AlignmentConfig]):
     """Score: the pair's alignment probability in [0, 1]; accept at ``min_probability``."""
 
     name = "alignment"
-    Config = AlignmentConfig
-    config: AlignmentConfig
     higher_is_better = True
     batch_dependent = True  # only when scored without a corpus fit: it then fits on the batch
     lexicon: Lexicon | None = None

@@ -82,13 +82,11 @@ class DedupConfig(PluginConfig):
     normalize: bool = Field(False, description="compare case-folded text with whitespace collapsed")
 
 
-class DedupFilter(Filter):
+class DedupFilter(Filter[DedupConfig]):
     """Score: 1 for a segment whose key was seen earlier in the corpus, else 0. Stateful: the
     driver feeds it the whole corpus in order, so the first copy is kept."""
 
     name = "dedup"
-    Config = DedupConfig
-    config: DedupConfig
     stateful: ClassVar[bool] = True
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:

@@ -85,17 +85,15 @@ class DenoiseConfig(PluginConfig):
     )
 
 
-class DenoiseFilter(Filter):
+class DenoiseFilter(Filter[DenoiseConfig]):
     """Score: per-token log-probability gain of the clean model over the noisy one (nats)."""
 
     name = "denoise"
-    Config = DenoiseConfig
     higher_is_better = True
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         super().setup(langs, resources)
         config = self.config
-        assert isinstance(config, DenoiseConfig)
         if len(langs) != 2:
             raise PluginError(f"filter 'denoise' scores pairs; the corpus has {list(langs)}")
         self.src = config.source if config.source is not None else langs[0]
@@ -120,7 +118,6 @@ class DenoiseFilter(Filter):
         from mtcore_plugins.common.checkpoints import first_difference
 
         config = self.config
-        assert isinstance(config, DenoiseConfig)
         clean, noisy = self.models[config.clean], self.models[config.noisy]
         for lang in (self.src, self.tgt):
             difference = first_difference(noisy / f"dict.{lang}.txt", clean / f"dict.{lang}.txt")
@@ -134,7 +131,6 @@ class DenoiseFilter(Filter):
         """The force decoder of ``role``'s model, built once per worker: CTranslate2's where
         the backend asks for it and the model converts, else the shared fairseq one."""
         config = self.config
-        assert isinstance(config, DenoiseConfig)
         decoders = self._decoders
         if role not in decoders:
             from mtcore.api import Artifact
@@ -174,7 +170,6 @@ class DenoiseFilter(Filter):
         if not batch:
             return []
         config = self.config
-        assert isinstance(config, DenoiseConfig)
         clean, length = self.log_probs(config.clean, batch)
         noisy, _ = self.log_probs(config.noisy, batch)
         scores: list[float] = ((clean - noisy) / length).tolist()
@@ -182,7 +177,6 @@ class DenoiseFilter(Filter):
 
     def accept(self, score: Any) -> bool:
         config = self.config
-        assert isinstance(config, DenoiseConfig)
         if config.min_score is None:
             return True
         return bool(math.isfinite(score) and score >= config.min_score)

@@ -55,18 +55,16 @@ class EmbeddingConfig(EncoderConfig):
 # --- encoders, loaded once per process ----------------------------------------------------------
 
 
-class EmbeddingFilter(Filter):
+class EmbeddingFilter(Filter[EmbeddingConfig]):
     """Score: the cosine similarity of the two sides' embeddings; accept when it lies in
     [min_similarity, max_similarity]."""
 
     name = "embedding"
-    Config = EmbeddingConfig
     higher_is_better = True
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         super().setup(langs, resources)
         config = self.config
-        assert isinstance(config, EmbeddingConfig)
         if len(langs) != 2:
             raise PluginError(
                 f"filter 'embedding' compares two sides; the corpus has {len(langs)}: {list(langs)}"
@@ -75,11 +73,9 @@ class EmbeddingFilter(Filter):
 
     def score(self, batch: Sequence[Pair]) -> list[float]:
         config = self.config
-        assert isinstance(config, EmbeddingConfig)
         scores: list[float] = config.cosines(batch).astype(np.float64).tolist()
         return scores
 
     def accept(self, score: float) -> bool:
         config = self.config
-        assert isinstance(config, EmbeddingConfig)
         return bool(config.min_similarity <= score <= config.max_similarity)

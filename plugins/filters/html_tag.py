@@ -103,11 +103,10 @@ class HtmlTagConfig(PluginConfig):
     pass
 
 
-class HtmlTagFilter(ArrayFilter):
+class HtmlTagFilter(ArrayFilter[HtmlTagConfig]):
     """Score: per side, 1 when it holds an HTML element; accept when no side does."""
 
     name = "html_tag"
-    Config = HtmlTagConfig
     higher_is_better = False
 
     def score_block(self, block: TextBlock) -> np.ndarray:

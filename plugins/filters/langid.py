@@ -356,19 +356,17 @@ def expected_scores(probs: np.ndarray, expected: int, max_odds: float = 1.0) -> 
     return np.where((mine > 0) & (mine * max_odds >= probs.max(axis=1)), mine, 0.0)
 
 
-class LangIdFilter(Filter):
+class LangIdFilter(Filter[LangIdConfig]):
     """Score: per side, the probability of the side's expected language among the allowed
     languages (0 when another one wins); accept when every side is above 0 and ``min_prob``."""
 
     name = "langid"
-    Config = LangIdConfig
     licences = LICENCES
     higher_is_better = True
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         super().setup(langs, resources)
         config = self.config
-        assert isinstance(config, LangIdConfig)
         labels = self.labels()
         self.expected = [resolve(lang, labels, config.aliases) or lang for lang in langs]
         try:
@@ -395,7 +393,6 @@ class LangIdFilter(Filter):
         """The backend's labels; for a fastText model file, read from the file once its sha256
         matches the recipe's."""
         config = self.config
-        assert isinstance(config, LangIdConfig)
         if config.backend != "fasttext":
             return KNOWN[config.backend]
         assert config.model is not None
@@ -421,7 +418,6 @@ class LangIdFilter(Filter):
 
     def probabilities(self, texts: Sequence[str]) -> np.ndarray:
         config = self.config
-        assert isinstance(config, LangIdConfig)
         corpus = config.among == "corpus"
         if config.backend == "langid":
             return langid_probs(texts, self.allowed)
@@ -440,7 +436,6 @@ class LangIdFilter(Filter):
         if not batch:
             return []
         config = self.config
-        assert isinstance(config, LangIdConfig)
         columns = []
         for side, lang in enumerate(self.expected):
             probs = self.probabilities([pair[side] for pair in batch])

@@ -4,7 +4,7 @@ tokens). OpusFilter's ``LengthFilter`` semantics: bounds inclusive, every side c
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -48,17 +48,15 @@ class LengthConfig(PluginConfig):
     max_length: int = Field(500, ge=1, le=10_000_000, description="longest side kept (inclusive)")
 
 
-class LengthFilter(ArrayFilter):
+class LengthFilter(ArrayFilter[LengthConfig]):
     """Score: the length of each side; accept when every side is within [min, max]."""
 
     name = "length"
-    Config = LengthConfig
     higher_is_better = None
 
-    def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
-        super().setup(langs, resources)
+    def whole_blocks(self) -> bool:
         # Segmenting is Python per line: score only the pairs still alive.
-        self.vectorized = not needs_segmenter(self.config.unit, langs)
+        return not needs_segmenter(self.config.unit, self.langs)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
         return block_lengths(block, self.config.unit)

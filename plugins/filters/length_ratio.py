@@ -8,8 +8,6 @@ ratio equal to ``max_ratio`` and ``inclusive: false`` reproduces OpusFilter."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import Field
 
@@ -24,16 +22,15 @@ class LengthRatioConfig(PluginConfig):
     inclusive: bool = Field(True, description="keep a ratio equal to max_ratio")
 
 
-class LengthRatioFilter(ArrayFilter):
+class LengthRatioFilter(ArrayFilter[LengthRatioConfig]):
     """Score: longer side over shorter side."""
 
     name = "length_ratio"
-    Config = LengthRatioConfig
     higher_is_better = False
 
-    def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
-        super().setup(langs, resources)
-        self.vectorized = not needs_segmenter(self.config.unit, langs)
+    def whole_blocks(self) -> bool:
+        # Segmenting is Python per line: score only the pairs still alive.
+        return not needs_segmenter(self.config.unit, self.langs)
 
     def score_block(self, block: TextBlock) -> np.ndarray:
         lengths = block_lengths(block, self.config.unit)

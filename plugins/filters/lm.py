@@ -102,19 +102,17 @@ class LanguageModelConfig(PluginConfig):
         return value
 
 
-class LanguageModelFilter(Filter):
+class LanguageModelFilter(Filter[LanguageModelConfig]):
     """Score: per-side fluency in [0, 1] (normalized) or the pair's combined perplexity.
 
     In ``normalized`` mode a side without a model scores NaN and is not checked."""
 
     name = "lm"
-    Config = LanguageModelConfig
     higher_is_better = True
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         super().setup(langs, resources)
         config = self.config
-        assert isinstance(config, LanguageModelConfig)
         folder = self.resource(config.lm)
         self.meta = self._meta(folder, config.lm)
         modelled = set(self.meta["langs"])
@@ -136,7 +134,6 @@ class LanguageModelFilter(Filter):
 
     def _threshold(self, lang: str) -> float:
         config = self.config
-        assert isinstance(config, LanguageModelConfig)
         for key in (lang, base_lang(lang)):
             if key in config.thresholds:
                 return config.thresholds[key]
@@ -149,7 +146,6 @@ class LanguageModelFilter(Filter):
 
     def _weights(self, langs: tuple[str, ...], modelled: set[str], folder: Path) -> list[float]:
         config = self.config
-        assert isinstance(config, LanguageModelConfig)
         if len(langs) != 2:
             raise PluginError(
                 f"filter 'lm': combined mode weighs a source and a target side; the corpus has "
@@ -183,7 +179,6 @@ class LanguageModelFilter(Filter):
         if not batch:
             return []
         config = self.config
-        assert isinstance(config, LanguageModelConfig)
         x = self.log10_perplexities(batch)
         if config.mode == "combined":
             ppl = np.power(10.0, x)
@@ -197,7 +192,6 @@ class LanguageModelFilter(Filter):
 
     def accept(self, score: Any) -> bool:
         config = self.config
-        assert isinstance(config, LanguageModelConfig)
         if config.mode == "combined":
             limit = config.max_perplexity
             return bool(limit is None or score <= limit)
@@ -206,7 +200,6 @@ class LanguageModelFilter(Filter):
     def rank_key(self, scores: Any) -> Any:
         values = np.asarray(scores, dtype=np.float64)
         config = self.config
-        assert isinstance(config, LanguageModelConfig)
         if config.mode == "combined":
             return -values
         return values[:, self.sides].min(axis=1)

@@ -30,11 +30,10 @@ class LongWordConfig(PluginConfig):
     )
 
 
-class LongWordFilter(ArrayFilter):
+class LongWordFilter(ArrayFilter[LongWordConfig]):
     """Score: the longest word of each side, in characters."""
 
     name = "long_word"
-    Config = LongWordConfig
     higher_is_better = False
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
@@ -42,8 +41,10 @@ class LongWordFilter(ArrayFilter):
         self.segmented = [
             self.config.unit == "token" and bool(segmenter_lang(lang)) for lang in langs
         ]
+
+    def whole_blocks(self) -> bool:
         # Segmenting is Python per line: then score only the pairs still alive.
-        self.vectorized = not any(self.segmented)
+        return not any(self.segmented)
 
     def _longest(self, column: TextColumn, lang: str, segmented: bool) -> np.ndarray:
         return longest_token(column.lines, lang) if segmented else column.longest_word

@@ -30,12 +30,10 @@ class MooreLewisConfig(CrossEntropyConfig):
     )
 
 
-class MooreLewisFilter(Filter):
+class MooreLewisFilter(Filter[MooreLewisConfig]):
     """Score: H_in - H_gen per token (log10), summed over the chosen sides; lower is better."""
 
     name = "moore_lewis"
-    Config = MooreLewisConfig
-    config: MooreLewisConfig
     higher_is_better = False
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:

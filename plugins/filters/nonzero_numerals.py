@@ -138,9 +138,8 @@ class NonZeroNumeralsConfig(PluginConfig):
     threshold: float = Field(0.5, ge=0, le=1, description="lowest similarity kept")
 
 
-class NonZeroNumeralsFilter(ArrayFilter):
+class NonZeroNumeralsFilter(ArrayFilter[NonZeroNumeralsConfig]):
     name = "nonzero_numerals"
-    Config = NonZeroNumeralsConfig
     higher_is_better = True
     char_classes = (DIGITS,)
 

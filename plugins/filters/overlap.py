@@ -27,11 +27,10 @@ class OverlapConfig(PluginConfig):
     normalize: bool = Field(False, description="compare case-folded text, whitespace collapsed")
 
 
-class OverlapFilter(ArrayFilter):
+class OverlapFilter(ArrayFilter[OverlapConfig]):
     """Score per side: 1 when that side occurs on the same side of a held-out set."""
 
     name = "overlap"
-    Config = OverlapConfig
     higher_is_better = False
     vectorized = False
 

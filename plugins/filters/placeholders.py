@@ -75,13 +75,11 @@ class PlaceholdersConfig(PluginConfig):
     )
 
 
-class PlaceholdersFilter(Filter):
+class PlaceholdersFilter(Filter[PlaceholdersConfig]):
     """Score: placeholders found on one side and not the other (as multisets); infinity for
     a content-free side with ``reject_content_free``."""
 
     name = "placeholders"
-    Config = PlaceholdersConfig
-    config: PlaceholdersConfig
     higher_is_better = False
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:

@@ -220,9 +220,8 @@ class RepetitionConfig(PluginConfig):
         return self
 
 
-class RepetitionFilter(ArrayFilter):
+class RepetitionFilter(ArrayFilter[RepetitionConfig]):
     name = "repetition"
-    Config = RepetitionConfig
     higher_is_better = False
 
     def setup(self, langs: tuple[str, ...], resources: object = None) -> None:

@@ -67,13 +67,11 @@ class IdenticalConfig(PluginConfig):
     )
 
 
-class IdenticalFilter(Filter):
+class IdenticalFilter(Filter[IdenticalConfig]):
     """Source equal to target (NT5 §3.2: identical source and target removed). Score: 1 when
     two sides are equal, else 0."""
 
     name = "identical"
-    Config = IdenticalConfig
-    config: IdenticalConfig
 
     def score(self, batch: Sequence[Pair]) -> list[int]:
         if self.config.normalize:
@@ -94,12 +92,11 @@ class EmptyConfig(PluginConfig):
     pass
 
 
-class EmptyFilter(ArrayFilter):
+class EmptyFilter(ArrayFilter[EmptyConfig]):
     """A side that is empty or whitespace only (Yishu §2.1.1: "remove empty sentences").
     Score per side: 1 when empty."""
 
     name = "empty"
-    Config = EmptyConfig
 
     def score_block(self, block: TextBlock) -> np.ndarray:
         def empty(column: TextColumn) -> np.ndarray:
@@ -140,11 +137,10 @@ class InvalidUnicodeConfig(PluginConfig):
     private_use: bool = Field(True, description="count private-use code points as invalid")
 
 
-class InvalidUnicodeFilter(ArrayFilter):
+class InvalidUnicodeFilter(ArrayFilter[InvalidUnicodeConfig]):
     """Invalid Unicode characters (NT5 §3.2). Score per side: how many; accept when none."""
 
     name = "invalid_unicode"
-    Config = InvalidUnicodeConfig
     higher_is_better = False
 
     def score_block(self, block: TextBlock) -> np.ndarray:
@@ -169,17 +165,15 @@ class AverageWordLengthConfig(PluginConfig):
     )
 
 
-class AverageWordLengthFilter(ArrayFilter):
+class AverageWordLengthFilter(ArrayFilter[AverageWordLengthConfig]):
     """Score per side: non-space characters per word (0 without words)."""
 
     name = "avg_word_length"
-    Config = AverageWordLengthConfig
     higher_is_better = False
 
-    def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
-        super().setup(langs, resources)
+    def whole_blocks(self) -> bool:
         # Segmenting is Python per line: then score only the pairs still alive.
-        self.vectorized = self.config.unit == "word" or not any(map(segmenter_lang, langs))
+        return self.config.unit == "word" or not any(map(segmenter_lang, self.langs))
 
     def _ratio(self, column: TextColumn, lang: str) -> np.ndarray:
         chars = column.count_in(~column.is_space)
@@ -224,12 +218,11 @@ class EscapedHtmlConfig(PluginConfig):
     max_entities: int = Field(0, ge=0, le=1000, description="most entities a side may hold")
 
 
-class EscapedHtmlFilter(ArrayFilter):
+class EscapedHtmlFilter(ArrayFilter[EscapedHtmlConfig]):
     """Escaped HTML characters (``&amp;``, ``&lt;``, ``&#39;``, ``&#x27;``, ``&nbsp;``; Yishu
     §2.1.1 "eliminate escaped HTML characters"). Score per side: the number of entities."""
 
     name = "escaped_html"
-    Config = EscapedHtmlConfig
     higher_is_better = False
 
     def score_block(self, block: TextBlock) -> np.ndarray:
@@ -287,11 +280,10 @@ def repetition_pattern(
     return re.compile("|".join(parts))
 
 
-class CharRepetitionFilter(ArrayFilter):
+class CharRepetitionFilter(ArrayFilter[CharRepetitionConfig]):
     """Score per side: runs of repeated units beyond the limits; accept when none."""
 
     name = "char_repetition"
-    Config = CharRepetitionConfig
     higher_is_better = False
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:
@@ -328,12 +320,11 @@ class MarkupConfig(PluginConfig):
     )
 
 
-class MarkupFilter(ArrayFilter):
+class MarkupFilter(ArrayFilter[MarkupConfig]):
     """Score per side: markup constructs found (entities count only beyond
     ``max_entities``); accept when no side has any."""
 
     name = "markup"
-    Config = MarkupConfig
     higher_is_better = False
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:

@@ -188,13 +188,12 @@ def resolve(preset: str, overrides: dict[str, ScriptRule], lang: str) -> ScriptR
     return base.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
 
 
-class ScriptRatioFilter(ArrayFilter):
+class ScriptRatioFilter(ArrayFilter[ScriptRatioConfig]):
     """Score per side: the share of its letters in the language's own scripts (1 without
     letters), or -1 when it breaks a hard rule; accept when every side reaches its
     ``min_ratio``."""
 
     name = "script_ratio"
-    Config = ScriptRatioConfig
     higher_is_better = True
 
     def setup(self, langs: tuple[str, ...], resources: Any = None) -> None:

@@ -20,9 +20,8 @@ class TerminalPunctuationConfig(PluginConfig):
     threshold: float = Field(-2.0, le=0, description="lowest score kept")
 
 
-class TerminalPunctuationFilter(ArrayFilter):
+class TerminalPunctuationFilter(ArrayFilter[TerminalPunctuationConfig]):
     name = "terminal_punctuation"
-    Config = TerminalPunctuationConfig
     higher_is_better = True
     char_classes = (MARKS,)
 

@@ -57,19 +57,17 @@ class TranslationChrfConfig(PluginConfig):
     )
 
 
-class TranslationChrfFilter(Filter):
+class TranslationChrfFilter(Filter[TranslationChrfConfig]):
     """Score: sentence chrF (0-1) of the source's translation against the target; with a
     reverse model, one column per corpus language, the chrF of translating that side (a
     score step names them ``translation_chrf.<lang>``)."""
 
     name = "translation_chrf"
-    Config = TranslationChrfConfig
     higher_is_better = True
 
     def setup(self, langs: tuple[str, ...], resources: Mapping[str, Path] | None = None) -> None:
         super().setup(langs, resources)
         config = self.config
-        assert isinstance(config, TranslationChrfConfig)
         if len(langs) != 2:
             raise PluginError(
                 f"filter 'translation_chrf' scores pairs; the corpus has {list(langs)}"
@@ -98,7 +96,6 @@ class TranslationChrfFilter(Filter):
 
     def translate(self, folder: Path, src: str, tgt: str, texts: list[str]) -> list[str]:
         config = self.config
-        assert isinstance(config, TranslationChrfConfig)
         translator = _nmt.translator(
             folder,
             self.spm_dir,
@@ -130,7 +127,6 @@ class TranslationChrfFilter(Filter):
 
     def accept(self, score: Any) -> bool:
         config = self.config
-        assert isinstance(config, TranslationChrfConfig)
         return all(value >= config.min_score for value in score)
 
     def rank_key(self, scores: Any) -> Any:

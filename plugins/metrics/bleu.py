@@ -55,10 +55,8 @@ class BleuConfig(PluginConfig):
     )
 
 
-class BleuMetric(Metric):
+class BleuMetric(Metric[BleuConfig]):
     name = "bleu"
-    Config = BleuConfig
-    config: BleuConfig
 
     score_name = "BLEU"
 

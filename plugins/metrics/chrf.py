@@ -17,10 +17,8 @@ class ChrfConfig(PluginConfig):
     lowercase: bool = Field(False, description="case-insensitive")
 
 
-class ChrfMetric(Metric):
+class ChrfMetric(Metric[ChrfConfig]):
     name = "chrf"
-    Config = ChrfConfig
-    config: ChrfConfig
 
     @property
     def score_name(self) -> str:

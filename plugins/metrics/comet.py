@@ -76,12 +76,10 @@ class CometConfig(PluginConfig):
         return value
 
 
-class CometMetric(Metric):
+class CometMetric(Metric[CometConfig]):
     """System COMET: the mean of the segment scores (over references, when there are several)."""
 
     name = "comet"
-    Config = CometConfig
-    config: CometConfig
     needs_source: ClassVar[bool] = True
 
     def corpus_score(

@@ -44,12 +44,10 @@ class SentenceBleuConfig(PluginConfig):
     lowercase: bool = Field(False, description="case-insensitive BLEU")
 
 
-class SentenceBleuMetric(Metric):
+class SentenceBleuMetric(Metric[SentenceBleuConfig]):
     """The mean sentence BLEU of a corpus; :meth:`segment_scores` gives each segment's."""
 
     name = "sentence_bleu"
-    Config = SentenceBleuConfig
-    config: SentenceBleuConfig
 
     def segment_scores(
         self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str

@@ -21,12 +21,10 @@ class TerConfig(PluginConfig):
     case_sensitive: bool = Field(False, description="tercom's -s: case matters")
 
 
-class TerMetric(Metric):
+class TerMetric(Metric[TerConfig]):
     """Corpus TER; ``details`` holds the edit and reference-word counts it is the ratio of."""
 
     name = "ter"
-    Config = TerConfig
-    config: TerConfig
     higher_is_better: ClassVar[bool] = False
 
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:

@@ -52,14 +52,12 @@ class OpenCCConfig(PluginConfig):
         return value
 
 
-class OpenCCProcessor(Processor):
+class OpenCCProcessor(Processor[OpenCCConfig]):
     """OpenCC conversion of the Chinese sides; one converter per process, built on first use."""
 
     name = "opencc"
-    Config = OpenCCConfig
-    config: OpenCCConfig
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
+    def __init__(self, config: OpenCCConfig | None = None) -> None:
         super().__init__(config)
         self._converter: Any = None
         self._chinese = {base_lang(code) for code in self.config.chinese}

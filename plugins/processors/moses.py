@@ -37,15 +37,13 @@ class MosesPunctConfig(PluginConfig):
     perl_parity: bool = Field(False, description="reproduce the Perl script's quirks exactly")
 
 
-class MosesPunctProcessor(Processor):
+class MosesPunctProcessor(Processor[MosesPunctConfig]):
     """``sacremoses.MosesPunctNormalizer``, its substitutions compiled once per language (the
     library looks each pattern up in ``re``'s cache on every line: twice as slow)."""
 
     name = "moses_punct"
-    Config = MosesPunctConfig
-    config: MosesPunctConfig
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
+    def __init__(self, config: MosesPunctConfig | None = None) -> None:
         super().__init__(config)
         self._rules: dict[str, list[tuple[re.Pattern[str], str]]] = {}
 

@@ -89,15 +89,13 @@ class JapaneseConfig(PluginConfig):
     )
 
 
-class JapanesePostProcessor(Processor):
+class JapanesePostProcessor(Processor[JapaneseConfig]):
     """NT5's En→Ja formatting rules (§5.2) for Japanese output; lines without Japanese
     letters are left alone."""
 
     name = "postprocess_ja"
-    Config = JapaneseConfig
-    config: JapaneseConfig
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
+    def __init__(self, config: JapaneseConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config
         self.placeholder = placeholder_pattern(cfg.placeholders)
@@ -182,14 +180,12 @@ class EnglishConfig(PluginConfig):
     )
 
 
-class EnglishPostProcessor(Processor):
+class EnglishPostProcessor(Processor[EnglishConfig]):
     """NT5's Ja→En rules (§5.2) for English (or any cased, space-separated) output."""
 
     name = "postprocess_en"
-    Config = EnglishConfig
-    config: EnglishConfig
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
+    def __init__(self, config: EnglishConfig | None = None) -> None:
         super().__init__(config)
         self.placeholder = placeholder_pattern(self.config.placeholders)
         self._detokenizers: dict[str, Any] = {}
@@ -289,15 +285,13 @@ class CjkConfig(PluginConfig):
     )
 
 
-class CjkPostProcessor(Processor):
+class CjkPostProcessor(Processor[CjkConfig]):
     """Xiaomi's post-processing (§2.3) for output in Chinese or Japanese. Letters and lines
     without CJK text keep their half-width form."""
 
     name = "postprocess_cjk"
-    Config = CjkConfig
-    config: CjkConfig
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
+    def __init__(self, config: CjkConfig | None = None) -> None:
         super().__init__(config)
         self.punct = regex.compile(
             rf"(?<={CJK_ANY}) *([,?!:;]|\.(?![.A-Za-z0-9])) *|(?<![0-9]) *([,?!:;]) *(?={CJK_ANY})"

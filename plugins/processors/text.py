@@ -45,12 +45,10 @@ class UnicodeConfig(PluginConfig):
     )
 
 
-class UnicodeProcessor(Processor):
+class UnicodeProcessor(Processor[UnicodeConfig]):
     """Unicode normalization (``unicodedata.normalize``, by a table for most lines)."""
 
     name = "unicode"
-    Config = UnicodeConfig
-    config: UnicodeConfig
 
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
         return normalized(batch, self.config.form)
@@ -117,14 +115,12 @@ class FullWidthConfig(PluginConfig):
         return [value] if isinstance(value, str) else value
 
 
-class FullWidthProcessor(Processor):
+class FullWidthProcessor(Processor[FullWidthConfig]):
     """Full-width ASCII variants to ASCII or back, limited to some character classes."""
 
     name = "fullwidth"
-    Config = FullWidthConfig
-    config: FullWidthConfig
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
+    def __init__(self, config: FullWidthConfig | None = None) -> None:
         super().__init__(config)
         self.table = width_table(self.config.direction, self.config.scope)
 
@@ -188,12 +184,10 @@ class HtmlConfig(PluginConfig):
         return self
 
 
-class HtmlProcessor(Processor):
+class HtmlProcessor(Processor[HtmlConfig]):
     """HTML entity unescaping and tag stripping. ``a < b > c`` and ``1<2`` are not tags."""
 
     name = "html"
-    Config = HtmlConfig
-    config: HtmlConfig
 
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
         return [self._line(line) for line in batch]
@@ -242,14 +236,12 @@ class ControlCharsConfig(PluginConfig):
     )
 
 
-class ControlCharsProcessor(Processor):
+class ControlCharsProcessor(Processor[ControlCharsConfig]):
     """Removes invisible and invalid code points by Unicode general category."""
 
     name = "control_chars"
-    Config = ControlCharsConfig
-    config: ControlCharsConfig
 
-    def __init__(self, config: PluginConfig | None = None) -> None:
+    def __init__(self, config: ControlCharsConfig | None = None) -> None:
         super().__init__(config)
         import regex
 
@@ -279,13 +271,11 @@ class WhitespaceConfig(PluginConfig):
     pass
 
 
-class WhitespaceProcessor(Processor):
+class WhitespaceProcessor(Processor[WhitespaceConfig]):
     """Every whitespace character (Zs: no-break and ideographic spaces...; tab) becomes one
     U+0020, runs collapse, ends are stripped (Yishu §2.1.1 "Normalize spacing")."""
 
     name = "whitespace"
-    Config = WhitespaceConfig
-    config: WhitespaceConfig
 
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
         return squeezed(batch)
@@ -300,12 +290,10 @@ class LowercaseConfig(PluginConfig):
     )
 
 
-class LowercaseProcessor(Processor):
+class LowercaseProcessor(Processor[LowercaseConfig]):
     """Lower-cases every line (Xiaomi §2.1)."""
 
     name = "lowercase"
-    Config = LowercaseConfig
-    config: LowercaseConfig
 
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
         if self.config.casefold:

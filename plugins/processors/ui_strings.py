@@ -99,12 +99,10 @@ class UiStringsConfig(PluginConfig):
     markup: bool = Field(True, description="remove Pango/HTML text markup tags")
 
 
-class UiStringsProcessor(Processor):
+class UiStringsProcessor(Processor[UiStringsConfig]):
     """One plain-text line per UI string, in order."""
 
     name = "ui_strings"
-    Config = UiStringsConfig
-    config: UiStringsConfig
 
     def clean(self, text: str) -> str:
         if self.config.escapes:

@@ -64,12 +64,10 @@ class LocalSchedulerConfig(PluginConfig):
     )
 
 
-class LocalScheduler(Scheduler):
+class LocalScheduler(Scheduler[LocalSchedulerConfig]):
     """Threads for CPU steps, ``python -m mtcore.run.jobs`` processes for GPU steps."""
 
     name = "local"
-    Config = LocalSchedulerConfig
-    config: LocalSchedulerConfig
 
     def __init__(self, config: LocalSchedulerConfig | None = None) -> None:
         super().__init__(config)

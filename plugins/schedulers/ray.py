@@ -58,10 +58,8 @@ class StepActor:
             ray.actor.exit_actor()
 
 
-class RayScheduler(Scheduler):
+class RayScheduler(Scheduler[RaySchedulerConfig]):
     name = "ray"
-    Config = RaySchedulerConfig
-    config: RaySchedulerConfig
     remote: ClassVar[bool] = True
 
     def __init__(self, config: RaySchedulerConfig | None = None) -> None:

@@ -56,12 +56,10 @@ class SlurmConfig(PluginConfig):
     )
 
 
-class SlurmScheduler(Scheduler):
+class SlurmScheduler(Scheduler[SlurmConfig]):
     """One ``sbatch`` job a step; the cluster's capacity read from ``sinfo``."""
 
     name = "slurm"
-    Config = SlurmConfig
-    config: SlurmConfig
     remote: ClassVar[bool] = True
 
     def __init__(self, config: SlurmConfig | None = None) -> None:

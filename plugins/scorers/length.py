@@ -28,11 +28,10 @@ def length(text: str, lang: str, unit: str) -> int:
     return len(tokens(text, lang)) if text.strip() else 0
 
 
-class LengthRatioScorer(Scorer):
+class LengthRatioScorer(Scorer[LengthConfig]):
     """Score: len(hypothesis) / len(source), the source counted as at least 1."""
 
     name = "length_ratio"
-    Config = LengthConfig
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         unit = self.config.unit  # type: ignore[attr-defined]
@@ -41,11 +40,10 @@ class LengthRatioScorer(Scorer):
         ]
 
 
-class WordPenaltyScorer(Scorer):
+class WordPenaltyScorer(Scorer[LengthConfig]):
     """Score: minus the number of words (or characters) of the hypothesis."""
 
     name = "word_penalty"
-    Config = LengthConfig
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         unit = self.config.unit  # type: ignore[attr-defined]

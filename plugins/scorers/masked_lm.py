@@ -64,16 +64,14 @@ def load_masked_lm(path: str) -> tuple[Any, Any]:
     return tokenizer, model.eval()
 
 
-class MaskedLMScorer(Scorer):
+class MaskedLMScorer(Scorer[MaskedLMConfig]):
     """Score: the hypothesis' pseudo-log-likelihood (natural log), per token or summed."""
 
     name = "masked_lm"
-    Config = MaskedLMConfig
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         super().setup(src, tgt, resources)
         config = self.config
-        assert isinstance(config, MaskedLMConfig)
         self.tokenizer, self.model = load_masked_lm(config.model)
         import torch
 
@@ -81,7 +79,6 @@ class MaskedLMScorer(Scorer):
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         config = self.config
-        assert isinstance(config, MaskedLMConfig)
         out = []
         for _, hyp in pairs:
             total, count = self.pll(hyp)
@@ -93,7 +90,6 @@ class MaskedLMScorer(Scorer):
         import torch
 
         config = self.config
-        assert isinstance(config, MaskedLMConfig)
         encoded = self.tokenizer(
             text, truncation=True, max_length=config.max_length, return_special_tokens_mask=True
         )

@@ -30,11 +30,10 @@ class NeuralLMConfig(PluginConfig):
     )  # fmt: skip
 
 
-class NeuralLMScorer(Scorer):
+class NeuralLMScorer(Scorer[NeuralLMConfig]):
     """Score: ln P_LM(hypothesis), per token or summed."""
 
     name = "neural_lm"
-    Config = NeuralLMConfig
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         from mtcore_plugins.common.fairseq_setup import add_safe_globals, importing_fairseq
@@ -45,7 +44,6 @@ class NeuralLMScorer(Scorer):
 
         super().setup(src, tgt, resources)
         config = self.config
-        assert isinstance(config, NeuralLMConfig)
         lm = Artifact.open(self.resource(config.lm))
         if lm.type != "fairseq-lm":
             raise PluginError(
@@ -71,7 +69,6 @@ class NeuralLMScorer(Scorer):
         import numpy as np
 
         config = self.config
-        assert isinstance(config, NeuralLMConfig)
         if not pairs:
             return []
         tokens = [self._ids(p) for p in self.spm.encode([h for _, h in pairs], out_type=str)]
@@ -91,7 +88,6 @@ class NeuralLMScorer(Scorer):
 
     def _batches(self, tokens: list[Any]) -> list[list[int]]:
         config = self.config
-        assert isinstance(config, NeuralLMConfig)
         batches: list[list[int]] = []
         batch: list[int] = []
         for index in sorted(range(len(tokens)), key=lambda i: (len(tokens[i]), i)):

@@ -23,18 +23,16 @@ class NgramLMConfig(PluginConfig):
     )
 
 
-class NgramLMScorer(Scorer):
+class NgramLMScorer(Scorer[NgramLMConfig]):
     """Score: ln P_LM(hypothesis), per token or summed."""
 
     name = "ngram_lm"
-    Config = NgramLMConfig
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         from mtcore_plugins.common.ngram import kenlm_meta, load_model
 
         super().setup(src, tgt, resources)
         config = self.config
-        assert isinstance(config, NgramLMConfig)
         folder = self.resource(config.lm)
         meta = kenlm_meta(folder, config.lm, "scorer 'ngram_lm'")
         if tgt not in meta.get("files", {}):
@@ -48,7 +46,6 @@ class NgramLMScorer(Scorer):
         from mtcore_plugins.common.ngram import lm_line
 
         config = self.config
-        assert isinstance(config, NgramLMConfig)
         out = []
         for _, hyp in pairs:
             line = lm_line(hyp, self.tgt)

@@ -16,19 +16,16 @@ class SimilarityConfig(EncoderConfig):
     pass
 
 
-class SimilarityScorer(Scorer):
+class SimilarityScorer(Scorer[SimilarityConfig]):
     """Score: cosine similarity in [-1, 1] of source and hypothesis embeddings."""
 
     name = "similarity"
-    Config = SimilarityConfig
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         super().setup(src, tgt, resources)
         config = self.config
-        assert isinstance(config, SimilarityConfig)
         config.check_model_dir("scorer 'similarity'")
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         config = self.config
-        assert isinstance(config, SimilarityConfig)
         return [float(c) for c in config.cosines(pairs)]

@@ -69,10 +69,9 @@ class TranslationScorerConfig(PluginConfig):
         return value
 
 
-class TranslationScorer(Scorer):
+class TranslationScorer(Scorer[TranslationScorerConfig]):
     """Shared by ``forward`` and ``backward``: loads the ensemble in ``setup``."""
 
-    Config = TranslationScorerConfig
     backward = False
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
@@ -81,7 +80,6 @@ class TranslationScorer(Scorer):
 
         super().setup(src, tgt, resources)
         config = self.config
-        assert isinstance(config, TranslationScorerConfig)
         missing = [role for role in config.weights if role not in config.models]
         if missing:
             raise PluginError(f"scorer {self.name!r}: weights name {missing}, not in models")
@@ -127,7 +125,6 @@ class TranslationScorer(Scorer):
         if not pairs:
             return []
         config = self.config
-        assert isinstance(config, TranslationScorerConfig)
         sources = [p[1] if self.backward else p[0] for p in pairs]
         targets = [p[0] if self.backward else p[1] for p in pairs]
         sums, counts = self.decoder.score(sources, targets)

@@ -28,15 +28,13 @@ class KnnSelectorConfig(KnnConfig):
     )
 
 
-class KnnSelector(Selector):
+class KnnSelector(Selector[KnnSelectorConfig]):
     """The k nearest pool pairs of each domain sentence, ranked by their best cosine.
 
     Candidates: the neighbours. Score: a candidate's highest cosine with a domain sentence
     (NaN for the other pairs); higher is better."""
 
     name = "knn"
-    Config = KnnSelectorConfig
-    config: KnnSelectorConfig
     higher_is_better = True
 
     def roles(self) -> tuple[str, ...]:

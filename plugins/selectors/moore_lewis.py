@@ -25,12 +25,10 @@ class MooreLewisSelectorConfig(CrossEntropyConfig):
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pool pairs per task")
 
 
-class MooreLewisSelector(Selector):
+class MooreLewisSelector(Selector[MooreLewisSelectorConfig]):
     """Score: H_in - H_gen per token (log10), summed over the chosen sides; lower is better."""
 
     name = "moore_lewis"
-    Config = MooreLewisSelectorConfig
-    config: MooreLewisSelectorConfig
     higher_is_better = False
 
     def roles(self) -> tuple[str, ...]:

@@ -26,12 +26,10 @@ class SimilaritySelectorConfig(EncoderConfig):
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pool pairs per task")
 
 
-class SimilaritySelector(Selector):
+class SimilaritySelector(Selector[SimilaritySelectorConfig]):
     """Score: cosine similarity in [-1, 1] of the two sides' embeddings."""
 
     name = "similarity"
-    Config = SimilaritySelectorConfig
-    config: SimilaritySelectorConfig
     higher_is_better = True
 
     def fit(self, ctx: StepContext, pool: Corpus, inputs: Mapping[str, Path]) -> None:

@@ -23,15 +23,13 @@ class TopicSelectorConfig(TopicConfig):
     test: str = Field("test", min_length=1, description="step input role connected to the test set")
 
 
-class TopicSelector(Selector):
+class TopicSelector(Selector[TopicSelectorConfig]):
     """Pairs sharing the test set's rare terms, ranked by the TF-IDF weight they share.
 
     Candidates: pairs sharing at least ``min_terms`` topic terms with the test set. Score: the
     sum of ln(N / df) over the topic terms a pair shares; higher is better."""
 
     name = "topic"
-    Config = TopicSelectorConfig
-    config: TopicSelectorConfig
     higher_is_better = True
 
     def roles(self) -> tuple[str, ...]:

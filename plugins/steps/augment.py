@@ -105,13 +105,11 @@ class AugmentConfig(PluginConfig):
         return self
 
 
-class AugmentStep(Step):
+class AugmentStep(Step[AugmentConfig]):
     """Outputs ``corpus``: the input with its ``side`` column rewritten by the augmenters and
     its columns relabelled by ``rename``."""
 
     name = "augment"
-    Config = AugmentConfig
-    config: AugmentConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
     streams: ClassVar[tuple[str, ...]] = ("corpus",)

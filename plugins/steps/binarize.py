@@ -68,7 +68,7 @@ class BinarizeConfig(PluginConfig):
     )
 
 
-class BinarizeStep(Step):
+class BinarizeStep(Step[BinarizeConfig]):
     """``train``/``valid`` corpora -> fairseq binary data with one joined dictionary. Every input
     line becomes exactly one example (an empty line becomes an empty, EOS-only example).
 
@@ -77,8 +77,6 @@ class BinarizeStep(Step):
     must index tokens exactly as the model being fine-tuned does."""
 
     name = "binarize"
-    Config = BinarizeConfig
-    config: BinarizeConfig
     inputs: ClassVar[dict[str, bool]] = {
         "train": True,
         "valid": True,

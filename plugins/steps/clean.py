@@ -41,15 +41,13 @@ class CleanConfig(PluginConfig):
     )
 
 
-class CleanStep(Step):
+class CleanStep(Step[CleanConfig]):
     """Outputs the kept pairs (``corpus``) and, per filter, a sample of the pairs it dropped
     (``rejects/<filter>.tsv``); the manifest counts pairs in, out and dropped per filter.
     Inputs other than ``corpus`` are resources for filters (a language model, a test set to
     exclude), which name the input role in their settings."""
 
     name = "clean"
-    Config = CleanConfig
-    config: CleanConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "rejects")
 

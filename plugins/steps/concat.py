@@ -15,13 +15,11 @@ class ConcatConfig(PluginConfig):
     )
 
 
-class ConcatStep(Step):
+class ConcatStep(Step[ConcatConfig]):
     """Every input corpus must hold the output languages (columns are picked by language, so
     an ``ja-en`` corpus joins an ``en-ja`` one correctly). Counts pairs per input."""
 
     name = "concat"
-    Config = ConcatConfig
-    config: ConcatConfig
     inputs: ClassVar[dict[str, bool]] = {"*": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
 

@@ -101,14 +101,12 @@ class KeyBuckets:
         return groups
 
 
-class DedupStep(Step):
+class DedupStep(Step[DedupStepConfig]):
     """Outputs ``corpus`` (one pair per key, in corpus order, bytes unchanged) and, given
     ``scores``, the kept pairs' rows. Counts ``pairs_in``, ``pairs_out`` and ``duplicates``;
     the metric ``keys_with_copies`` counts the keys seen more than once."""
 
     name = "dedup"
-    Config = DedupStepConfig
-    config: DedupStepConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
 

@@ -55,14 +55,12 @@ STAGE_ID = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+
 """The shipped recipes' convention: the evaluate step of a stage is ``eval_<stage>_<direction>``."""
 
 
-class EvaluateStep(Step):
+class EvaluateStep(Step[EvaluateConfig]):
     """``hyp`` is a monolingual corpus; each ``ref`` corpus contributes its column in the
     target language. Scores land in ``scores.json`` and in the manifest's metrics, each with
     its signature and the direction (``en-ja``) the report groups by."""
 
     name = "evaluate"
-    Config = EvaluateConfig
-    config: EvaluateConfig
     inputs: ClassVar[dict[str, bool]] = {"hyp": True, "ref": True}
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 

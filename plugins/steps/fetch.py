@@ -38,13 +38,11 @@ class FetchConfig(PluginConfig):
     )
 
 
-class FetchStep(Step):
+class FetchStep(Step[FetchConfig]):
     """Reads a corpus from a source plugin into the workdir, applying the input policy."""
 
     name = "fetch"
     fetches = True
-    Config = FetchConfig
-    config: FetchConfig
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
 
     def _source(self, registry: Registry) -> Source:

@@ -119,7 +119,7 @@ def tokenize_chunk(task: tuple[str, list[str]]) -> list[str]:
     return [lm_line(line, lang) for line in lines]
 
 
-class KenLMStep(Step):
+class KenLMStep(Step[KenLMConfig]):
     """A KenLM n-gram model per language (output ``model``) for the ``lm`` filter.
 
     The output holds ``<lang>.binary`` per language and ``artifact.json`` (``type: kenlm``,
@@ -127,13 +127,11 @@ class KenLMStep(Step):
     range per language, over the training or the ``normalize`` sentences)."""
 
     name = "kenlm"
-    Config = KenLMConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "normalize": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
 
     def run(self, ctx: StepContext) -> None:
         config = self.config
-        assert isinstance(config, KenLMConfig)
         corpus = Corpus.open(ctx.inputs["corpus"].path)
         langs = self._langs(corpus)
         reference = self._reference(ctx, langs)
@@ -198,7 +196,6 @@ class KenLMStep(Step):
 
     def _langs(self, corpus: Corpus) -> list[str]:
         config = self.config
-        assert isinstance(config, KenLMConfig)
         if config.langs is None:
             return list(corpus.langs)
         missing = [lang for lang in config.langs if lang not in corpus.langs]
@@ -210,7 +207,6 @@ class KenLMStep(Step):
 
     def _lmplz(self, lmplz: str, text: Path, arpa: Path, ctx: StepContext) -> list[str]:
         config = self.config
-        assert isinstance(config, KenLMConfig)
         cmd = [lmplz, "-o", str(config.order), "-S", config.memory, "-T", str(ctx.scratch("tmp"))]
         cmd += ["--text", str(text), "--arpa", str(arpa)]
         if config.prune is not None:

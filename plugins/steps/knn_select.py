@@ -40,13 +40,11 @@ class KnnSelectConfig(KnnConfig):
     )
 
 
-class KnnSelectStep(Step):
+class KnnSelectStep(Step[KnnSelectConfig]):
     """Outputs ``corpus`` (the selected pairs, corpus order) and ``neighbours/neighbours.tsv``
     (domain line, rank, corpus line, cosine; lines numbered from 1)."""
 
     name = "knn_select"
-    Config = KnnSelectConfig
-    config: KnnSelectConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "domain": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "neighbours")
 

@@ -69,14 +69,12 @@ class MixConfig(PluginConfig):
         return self
 
 
-class MixStep(Step):
+class MixStep(Step[MixConfig]):
     """Any number of corpus inputs (role names are free) holding the output languages;
     columns are picked by language. Counts pairs in and out per input (``mix.<role>.in``,
     ``mix.<role>.out``) and reports the effective weights."""
 
     name = "mix"
-    Config = MixConfig
-    config: MixConfig
     inputs: ClassVar[dict[str, bool]] = {"*": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
 

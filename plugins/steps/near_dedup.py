@@ -70,14 +70,12 @@ def _shard_hashes(task: tuple[Any, tuple[str, ...], str, int, np.ndarray, np.nda
     return minhash.signatures(texts, ngram, a, b, bands, rows)
 
 
-class NearDedupStep(Step):
+class NearDedupStep(Step[NearDedupConfig]):
     """Outputs ``corpus`` (one pair per near-duplicate cluster, in corpus order, bytes
     unchanged) and, given ``scores``, the kept pairs' rows. Counts ``pairs_in``, ``pairs_out``
     and ``near_duplicates``; metrics hold the clusters and the S-curve's threshold."""
 
     name = "near_dedup"
-    Config = NearDedupConfig
-    config: NearDedupConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
 

@@ -263,12 +263,10 @@ class NormalizeConfig(PluginConfig):
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
 
 
-class NormalizeStep(Step):
+class NormalizeStep(Step[NormalizeConfig]):
     """Outputs ``corpus``: the input with every side rewritten by the processor chain."""
 
     name = "normalize"
-    Config = NormalizeConfig
-    config: NormalizeConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
     streams: ClassVar[tuple[str, ...]] = ("corpus",)

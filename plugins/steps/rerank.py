@@ -84,12 +84,10 @@ class RerankConfig(PluginConfig):
         return value
 
 
-class RerankStep(Step):
+class RerankStep(Step[RerankConfig]):
     """n-best + features + weights -> reranked 1-best per line (see the module docstring)."""
 
     name = "rerank"
-    Config = RerankConfig
-    config: RerankConfig
     inputs: ClassVar[dict[str, bool]] = {
         "nbest": True,
         "dev_nbest": False,
@@ -145,7 +143,7 @@ class RerankStep(Step):
         write_artifact_meta(weights_dir, type="rerank-weights", weights=weights, src=src, tgt=tgt)
         ctx.metrics["weights"] = weights
 
-    def for_new_text(self, finished: Path) -> tuple[Step, tuple[str, ...]]:
+    def for_new_text(self, finished: Path) -> tuple[Step[Any], tuple[str, ...]]:
         """The run's tuned weights, fixed: new text is reranked as the test set was, without
         tuning again on the dev n-best."""
         if self.config.weights is not None:

@@ -36,13 +36,11 @@ class ScoreConfig(PluginConfig):
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
 
 
-class ScoreStep(Step):
+class ScoreStep(Step[ScoreConfig]):
     """Outputs ``scores/scores.tsv``: a header naming the columns (``<filter>`` or
     ``<filter>.<lang>``), then one row of numbers per pair of the input, in order."""
 
     name = "score"
-    Config = ScoreConfig
-    config: ScoreConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 

@@ -91,14 +91,12 @@ class SelectConfig(PluginConfig):
         return KeepSpec.model_validate(values) if values else None
 
 
-class SelectStep(Step):
+class SelectStep(Step[SelectConfig]):
     """Outputs ``corpus`` (the kept pairs, in corpus order) and ``scores`` (their rows of the
     score table, same header). Counts ``pairs_in``, ``pairs_out``, ``dropped.threshold`` and
     ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
 
     name = "select"
-    Config = SelectConfig
-    config: SelectConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
 

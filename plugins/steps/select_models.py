@@ -83,15 +83,13 @@ class SelectModelsConfig(PluginConfig):
         return self
 
 
-class SelectModelsStep(Step):
+class SelectModelsStep(Step[SelectModelsConfig]):
     """Outputs ``model`` ... ``model<top>``: the best candidates on ``dev``, best first, each a
     fairseq model artifact; ``ranking``: every candidate's score (``ranking.json``). Every
     candidate must translate src->tgt; they may differ in architecture, reading direction and
     dictionary (a translate step that ensembles the chosen ones checks that they agree)."""
 
     name = "select_models"
-    Config = SelectModelsConfig
-    config: SelectModelsConfig
     inputs: ClassVar[dict[str, bool]] = {
         "model": True,
         **{role: False for role in CANDIDATE_ROLES[1:]},

@@ -45,15 +45,13 @@ class SelectionConfig(Budget):
     )
 
 
-class SelectionStep(Step):
+class SelectionStep(Step[SelectionConfig]):
     """Outputs ``corpus`` (the kept pairs, in corpus order, bytes unchanged) and ``scores``
     (their scores, one column named after the selector). Counts ``pairs_in``, ``pairs_out``,
     ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and
     ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
 
     name = "selection"
-    Config = SelectionConfig
-    config: SelectionConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
 

@@ -19,13 +19,11 @@ class SplitConfig(PluginConfig):
     seed: int = Field(1, ge=0, description="seed of the random choice")
 
 
-class SplitStep(Step):
+class SplitStep(Step[SplitConfig]):
     """Held-out pairs are chosen uniformly at random with a fixed seed; every split keeps the
     corpus order, and every input pair lands in exactly one split."""
 
     name = "split"
-    Config = SplitConfig
-    config: SplitConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("train", "valid", "test")
 

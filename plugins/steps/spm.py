@@ -97,14 +97,12 @@ class SentencePieceConfig(PluginConfig):
         return value
 
 
-class SentencePieceStep(Step):
+class SentencePieceStep(Step[SentencePieceConfig]):
     """One SentencePiece model shared by all languages (``spm.model``, ``spm.vocab``),
     trained on ``corpus`` and any further corpora given under other role names (monolingual
     text, say), every column of every input whose language is in ``langs``."""
 
     name = "spm"
-    Config = SentencePieceConfig
-    config: SentencePieceConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
 

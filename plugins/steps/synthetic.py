@@ -57,13 +57,11 @@ class SyntheticConfig(PluginConfig):
     )
 
 
-class SyntheticStep(Step):
+class SyntheticStep(Step[SyntheticConfig]):
     """Inputs: ``corpus``, what the translate step read, and ``hyp``, its output. Output
     ``corpus``: the synthetic parallel corpus, source language first."""
 
     name = "synthetic"
-    Config = SyntheticConfig
-    config: SyntheticConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "hyp": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
 

@@ -36,14 +36,12 @@ class TopicSelectConfig(TopicConfig):
         return self
 
 
-class TopicSelectStep(Step):
+class TopicSelectStep(Step[TopicSelectConfig]):
     """Outputs ``corpus`` (related pairs, corpus order), ``scores`` (one row per input pair:
     shared TF-IDF weight and number of shared topic terms) and ``terms/terms.tsv`` (each topic
     term with its document frequency and idf)."""
 
     name = "topic_select"
-    Config = TopicSelectConfig
-    config: TopicSelectConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "test": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores", "terms")
 

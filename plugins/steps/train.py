@@ -48,15 +48,13 @@ VALID_KEYS = ("loss", "nll_loss", "ppl", "bleu", "wps", "ups", "wall", "num_upda
 __all__ = ["TrainConfig", "TrainStep", "parse_train_log", "repair_last_checkpoint"]
 
 
-class TrainStep(Step):
+class TrainStep(Step[TrainConfig]):
     """fairseq-train on a ``fairseq-data`` artifact; writes ``model/checkpoint.pt`` (averaged).
     With ``init`` (a ``fairseq-model`` artifact) training starts from that model's weights with
     a fresh optimizer, LR schedule, meters and data iterator (fairseq --finetune-from-model,
     which a killed run resumes from its own checkpoint_last.pt instead)."""
 
     name = "train"
-    Config = TrainConfig
-    config: TrainConfig
     inputs: ClassVar[dict[str, bool]] = {"data": True, "init": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
     trains: ClassVar[bool] = True

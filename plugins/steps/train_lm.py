@@ -61,12 +61,10 @@ class TrainLMConfig(PluginConfig):
     threads: int = Field(0, ge=0, le=512, description="torch threads; 0 keeps torch's default")
 
 
-class TrainLMStep(Step):
+class TrainLMStep(Step[TrainLMConfig]):
     """``corpus`` (+ optional ``valid``) and ``spm`` -> ``model``, a fairseq language model."""
 
     name = "train_lm"
-    Config = TrainLMConfig
-    config: TrainLMConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "spm": True, "valid": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
     trains: ClassVar[bool] = True

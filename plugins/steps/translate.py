@@ -180,7 +180,7 @@ ShardResult = tuple[list[str], list[list[Hyp]] | None, dict[str, int]]
 """1-best lines, n-best lists (when asked for) and counters of one shard."""
 
 
-class TranslateStep(Step):
+class TranslateStep(Step[TranslateConfig]):
     """One output line per input line (``hyp``), in input order, and with ``nbest`` one n-best
     entry per line (``nbest``): empty input gives empty output, and a source longer than the
     model's positions is truncated (``translate.truncated``). Inputs ``model2`` ...
@@ -188,8 +188,6 @@ class TranslateStep(Step):
     dictionaries, languages and direction must not)."""
 
     name = "translate"
-    Config = TranslateConfig
-    config: TranslateConfig
     inputs: ClassVar[dict[str, bool]] = {
         "model": True,
         "corpus": True,

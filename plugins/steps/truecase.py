@@ -212,12 +212,10 @@ class TrainTruecaserConfig(PluginConfig):
     shard_size: int = Field(50_000, ge=1, le=10_000_000, description="pairs per shard")
 
 
-class TrainTruecaserStep(Step):
+class TrainTruecaserStep(Step[TrainTruecaserConfig]):
     """Outputs ``model``: ``truecase-model.<lang>`` per modelled language (Moses format)."""
 
     name = "truecaser"
-    Config = TrainTruecaserConfig
-    config: TrainTruecaserConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
 
@@ -287,12 +285,10 @@ class TruecaseConfig(PluginConfig):
     shard_size: int = Field(20_000, ge=1, le=10_000_000, description="pairs per shard")
 
 
-class TruecaseStep(Step):
+class TruecaseStep(Step[TruecaseConfig]):
     """Outputs ``corpus``: the input truecased (needs the ``model`` input) or detruecased."""
 
     name = "truecase"
-    Config = TruecaseConfig
-    config: TruecaseConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "model": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
     streams: ClassVar[tuple[str, ...]] = ("corpus",)

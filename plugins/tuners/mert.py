@@ -41,17 +41,15 @@ class MertConfig(TunerConfig):
         return self
 
 
-class MertTuner(Tuner):
+class MertTuner(Tuner[MertConfig]):
     """Weights in [low, high]^J maximizing dev corpus BLEU, by Och's line search."""
 
     name = "mert"
-    Config = MertConfig
 
     def fit(
         self, features: Sequence[str], nbest: NBest, refs: Sequence[Sequence[str]], lang: str
     ) -> dict[str, float]:
         config = self.config
-        assert isinstance(config, MertConfig)
         problem = make_problem(self.name, features, nbest, refs, lang, config)
         weights, self.bleu = optimize(problem, config)
         return as_weights(problem.features, weights)

@@ -26,17 +26,15 @@ class RandomSearchConfig(TunerConfig):
         return self
 
 
-class RandomSearchTuner(Tuner):
+class RandomSearchTuner(Tuner[RandomSearchConfig]):
     """The best of ``trials`` uniform random weight vectors by dev corpus BLEU."""
 
     name = "random_search"
-    Config = RandomSearchConfig
 
     def fit(
         self, features: Sequence[str], nbest: NBest, refs: Sequence[Sequence[str]], lang: str
     ) -> dict[str, float]:
         config = self.config
-        assert isinstance(config, RandomSearchConfig)
         problem = make_problem(self.name, features, nbest, refs, lang, config)
         rng = np.random.default_rng(config.seed)
         dims = problem.X.shape[1]

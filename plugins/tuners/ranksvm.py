@@ -32,11 +32,10 @@ class RankSvmConfig(TunerConfig):
     max_iter: int = Field(10_000, ge=100, le=10_000_000, description="LinearSVC iterations")
 
 
-class RankSvmTuner(Tuner):
+class RankSvmTuner(Tuner[RankSvmConfig]):
     """Weights from a linear SVM on hypothesis pairs ordered by sentence BLEU."""
 
     name = "ranksvm"
-    Config = RankSvmConfig
 
     def fit(
         self, features: Sequence[str], nbest: NBest, refs: Sequence[Sequence[str]], lang: str
@@ -44,7 +43,6 @@ class RankSvmTuner(Tuner):
         from sklearn.svm import LinearSVC
 
         config = self.config
-        assert isinstance(config, RankSvmConfig)
         problem = make_problem(self.name, features, nbest, refs, lang, config)
         scale = problem.X.std(axis=0)
         scale[scale == 0] = 1.0

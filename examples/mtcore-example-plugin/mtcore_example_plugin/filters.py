@@ -14,11 +14,10 @@ class NumberMismatchConfig(PluginConfig):
     min_digits: int = Field(3, ge=1, le=20, description="numbers with fewer digits are ignored")
 
 
-class NumberMismatchFilter(Filter):
+class NumberMismatchFilter(Filter[NumberMismatchConfig]):
     """Score: 1 when the multisets of long numbers differ between the sides, else 0."""
 
     name = "number_mismatch"
-    Config = NumberMismatchConfig
 
     def score(self, batch: Sequence[Pair]) -> list[int]:
         pattern = re.compile(rf"\d{{{self.config.min_digits},}}")

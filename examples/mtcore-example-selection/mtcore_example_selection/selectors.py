@@ -24,12 +24,10 @@ class VocabOverlapConfig(PluginConfig):
     min_count: int = Field(1, ge=1, description="domain words seen fewer times are left out")
 
 
-class VocabOverlapSelector(Selector):
+class VocabOverlapSelector(Selector[VocabOverlapConfig]):
     """Score: the share of the side's words found in the domain vocabulary, in [0, 1]."""
 
     name = "vocab_overlap"
-    Config = VocabOverlapConfig
-    config: VocabOverlapConfig
     higher_is_better = True
 
     def roles(self) -> tuple[str, ...]:

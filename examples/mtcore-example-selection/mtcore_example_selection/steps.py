@@ -18,12 +18,10 @@ class LengthReportConfig(PluginConfig):
     percentile: float = Field(95, gt=0, le=100, description="the high percentile reported")
 
 
-class LengthReportStep(Step):
+class LengthReportStep(Step[LengthReportConfig]):
     """Input ``corpus``; output ``report`` (``lengths.json``: per language, in characters)."""
 
     name = "length_report"
-    Config = LengthReportConfig
-    config: LengthReportConfig
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("report",)
 
