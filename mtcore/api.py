@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         ComponentSpec as ComponentSpec,
         built as built,
         component_specs as component_specs,
+        field_specs as field_specs,
     )
     from mtcore.chain.filtering import (
         ENGINE_KEYS as ENGINE_KEYS,
@@ -71,6 +72,17 @@ if TYPE_CHECKING:
     from mtcore.chain.ranking import (
         KeepSpec as KeepSpec,
         ranked_cut as ranked_cut,
+    )
+    from mtcore.chain.rewriting import (
+        PROCESSOR_KEYS as PROCESSOR_KEYS,
+        ShardOutput as ShardOutput,
+        check_processor_langs as check_processor_langs,
+        checked_codes as checked_codes,
+        checked_lines as checked_lines,
+        encode_lines as encode_lines,
+        process_shard as process_shard,
+        rewrite_corpus as rewrite_corpus,
+        rewrite_shard as rewrite_shard,
     )
     from mtcore.chain.selection import (
         Budget as Budget,

@@ -91,3 +91,35 @@ def test_plugins_do_not_narrow_their_config_by_hand():
                     ):
                         wrong.append(f"{path.relative_to(ROOT)}:{stmt.lineno} config: ...")
     assert not wrong, "declare the settings type as the kind's parameter:\n" + "\n".join(wrong)
+
+
+def test_a_chain_setting_declares_its_specs_once():
+    """Issue 49 point 3: the ``components`` mark of a setting (kind, the keys reserved for the
+    step, the label key) is also where its chain's specs come from (``field_specs``), for
+    the processors of ``normalize``, the features of ``rerank`` and the augmenters alike."""
+    from mtcore.api import PluginError, components, field_specs
+
+    class Chained(PluginConfig):
+        features: list[dict | str] = Field(
+            ...,
+            json_schema_extra=components("scorers", reserved=("feature",), label_key="feature"),
+        )
+        processors: list[dict | str] | None = Field(
+            None, json_schema_extra=components("processors", reserved=("langs",))
+        )
+        other: int = 0
+
+    config = Chained(
+        features=["length", {"name": "length", "ratio": True}, {"name": "ngram", "feature": "lm"}],
+        processors=[{"name": "nfkc", "langs": ["ja"]}, "nfkc"],
+    )
+    specs = field_specs(config, "features")
+    assert [s.label for s in specs] == ["length", "length#2", "lm"]
+    assert [s.kind for s in specs] == ["scorers"] * 3
+    assert dict(specs[1].settings) == {"ratio": True}
+    assert dict(specs[2].settings) == {} and specs[2].get("feature") == "lm"
+    processors = field_specs(config, "processors")
+    assert list(processors[0].get("langs")) == ["ja"] and dict(processors[0].settings) == {}
+    assert field_specs(Chained(features=[]), "processors") == ()
+    with pytest.raises(PluginError, match="not a setting marked components"):
+        field_specs(config, "other")

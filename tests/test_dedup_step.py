@@ -15,8 +15,8 @@ import pytest
 from mtcore.api import AppendLog
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner
+from mtcore_plugins.common.scores import read_scores
 from mtcore_plugins.steps.dedup import KeyBuckets
-from mtcore_plugins.steps.score import read_scores
 
 from .test_near_dedup import wmt_pairs  # noqa: F401 (a fixture)
 from .test_selection import local, read

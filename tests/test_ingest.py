@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mtcore import ingest as ingest_module
+from mtcore.data import ingest as ingest_module
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import InputPolicy, read_parallel

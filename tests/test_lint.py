@@ -243,3 +243,39 @@ def test_old_names_of_modules_that_became_packages_still_resolve():
     ]
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         mtcore.recipe.nothing_here  # noqa: B018
+
+
+def test_no_step_imports_another_step():
+    """Issue 49 point 3: a step's module holds that step; what several steps share (the score
+    table, the training log, the decoding settings, the n-best features) lives in
+    ``mtcore_plugins.common``, and the processor chain engine in the core
+    (``mtcore.api.process_shard``, ``rewrite_corpus``), so no step imports another's module."""
+    import ast
+
+    steps = ROOT / "plugins" / "steps"
+    wrong, defining = [], 0
+    for path in sorted(steps.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            wrong += [
+                f"{path.name}:{node.lineno} imports {name}"
+                for name in names
+                if name.startswith("mtcore_plugins.steps")
+            ]
+        classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+        if not any(
+            isinstance(base, ast.Subscript) and ast.unparse(base.value) == "Step"
+            for cls in classes
+            for base in cls.bases
+        ):
+            wrong.append(f"{path.name} defines no step: shared code goes to mtcore_plugins.common")
+        defining += 1
+    assert defining > 20
+    assert not wrong, "\n".join(wrong)

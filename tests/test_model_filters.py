@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from mtcore import shards
+from mtcore.exec import shards
 from mtcore.chain.filtering import KEPT, Chain, make_specs
 from mtcore.contracts.errors import PluginError
 from mtcore.recipe.hashing import content_hash

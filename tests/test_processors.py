@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mtcore.api import checked_codes, checked_lines as checked
 from mtcore.contracts.errors import RecipeError, StepError
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner
 from mtcore.text.block import BlockReader
 from mtcore_plugins.sources.gettext import parse_mo
-from mtcore_plugins.steps.normalize import checked, checked_codes
 from mtcore_plugins.steps.truecase import TruecaseModel, count_casing, detruecase
 
 from .conftest import ENJA, SHARED, local_data

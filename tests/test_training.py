@@ -24,11 +24,11 @@ from mtcore_plugins.common.checkpoints import (
 )
 from mtcore_plugins.common.fairseq_entry import reverse_tokens
 from mtcore_plugins.common.fairseq_setup import add_safe_globals
+from mtcore_plugins.common.train_config import TrainConfig
 from mtcore_plugins.common.vocab_map import map_vocabulary
 from mtcore_plugins.steps.binarize import BinarizeStep
 from mtcore_plugins.steps.spm import SentencePieceStep
 from mtcore_plugins.steps.train import TrainStep, parse_train_log
-from mtcore_plugins.steps.train_config import TrainConfig
 from mtcore_plugins.steps.translate import TranslateConfig, TranslateStep, Translator
 
 from .test_fairseq_steps import DATA, make_ctx, write_corpus

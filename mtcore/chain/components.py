@@ -16,9 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from mtcore.chain.selection import Selector
 from mtcore.contracts.errors import PluginError
-from mtcore.contracts.plugin import Augmenter, Filter, Plugin, Processor, Scorer
+from mtcore.contracts.plugin import (
+    Augmenter,
+    Filter,
+    Plugin,
+    Processor,
+    Scorer,
+    component_fields,
+)
 from mtcore.contracts.registry import SINGULAR, Registry
 from mtcore.exec.shards import worker_memo
 
@@ -96,6 +105,18 @@ def component_specs(
         engine = {k: v for k, v in entry.items() if k in engine_keys}
         specs.append(ComponentSpec(kind, name, label, _frozen(settings), _frozen(engine)))
     return tuple(specs)
+
+
+def field_specs(config: BaseModel, field: str) -> tuple[ComponentSpec, ...]:
+    """The chain of a step's setting ``field``, as its :func:`~mtcore.api.components` mark
+    declares it (the kind, the entry keys reserved for the step, the label key): the one place
+    a step's chain specs come from."""
+    for found in component_fields(config):
+        if found.field == field:
+            return component_specs(found.kind, found.entries, found.reserved, found.label_key)
+    if field in type(config).model_fields and getattr(config, field) is None:
+        return ()
+    raise PluginError(f"{type(config).__name__}.{field} is not a setting marked components(...)")
 
 
 def built(specs: tuple[ComponentSpec, ...], make: Callable[[], list[Any]]) -> Any:

@@ -381,7 +381,7 @@ NOT_IDENTITY: JsonDict = {"identity": False}
 output (a cache directory, a timeout, a thread count): it is left out of the step's hash."""
 
 
-def components(kind: str, reserved: tuple[str, ...] = ()) -> JsonDict:
+def components(kind: str, reserved: tuple[str, ...] = (), label_key: str = "") -> JsonDict:
     """``Field(..., json_schema_extra=components("filters"))`` marks a setting that lists
     component plugins of ``kind`` (each a name, or a mapping with ``name`` and the plugin's
     settings), or holds one such entry (a rerank step's ``tuner``). This one declaration is what
@@ -389,9 +389,10 @@ def components(kind: str, reserved: tuple[str, ...] = ()) -> JsonDict:
     its validation (:meth:`mtcore.contracts.step.Step.check`) and its recorded plugin versions
     (:meth:`mtcore.contracts.step.Step.plugins_used`) read. ``reserved`` keys of an entry belong
     to the step or engine running it (a filter's ``keep``, a processor's ``langs``), not to the
-    plugin.
+    plugin; an entry's ``label_key`` value, when set, is its label (a rerank feature's name).
+    :func:`mtcore.chain.components.field_specs` builds the chain's specs from the same mark.
     """
-    return {"components": kind, "reserved": list(reserved)}
+    return {"components": kind, "reserved": list(reserved), "label_key": label_key}
 
 
 @dataclass(frozen=True)
@@ -403,6 +404,7 @@ class ComponentField:
     reserved: tuple[str, ...]
     entries: tuple[Any, ...]
     listed: bool  # a list of entries (locations ``field.i``), else one entry (``field``)
+    label_key: str = ""
 
 
 def component_fields(config: BaseModel) -> list[ComponentField]:
@@ -419,7 +421,8 @@ def component_fields(config: BaseModel) -> list[ComponentField]:
         entries = tuple(value) if listed else (value,)
         marked = extra.get("reserved") if isinstance(extra, dict) else None
         reserved = tuple(str(k) for k in marked) if isinstance(marked, list) else ()
-        found.append(ComponentField(name, kind, reserved, entries, listed))
+        label_key = str(extra.get("label_key") or "") if isinstance(extra, dict) else ""
+        found.append(ComponentField(name, kind, reserved, entries, listed, label_key))
     return found
 
 

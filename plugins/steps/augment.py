@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
@@ -26,22 +25,20 @@ from mtcore.api import (
     CorpusWriter,
     PluginConfig,
     RawBlock,
+    ShardOutput,
     Step,
     StepContext,
     StepError,
     built,
-    component_specs,
+    checked_lines,
     components,
+    field_specs,
     load_registry,
     map_shards,
+    rewrite_shard,
 )
-from mtcore_plugins.steps.normalize import ShardOutput, checked, rewrite_shard
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
-
-
-def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ComponentSpec, ...]:
-    return component_specs("augmenters", entries)
 
 
 def _chain(specs: tuple[ComponentSpec, ...]) -> list[Augmenter]:
@@ -61,7 +58,7 @@ def augment_task(
             return lines
         for spec, plugin in zip(specs, chain, strict=True):
             out = plugin.augment(lines, lang, raw.first_line)
-            out = checked(out, lines, f"augmenter {spec.label!r}", raw, side, lang)
+            out = checked_lines(out, lines, f"augmenter {spec.label!r}", raw, side, lang)
             counts[f"changed.{spec.label}"] += sum(
                 1 for old, new in zip(lines, out, strict=True) if old != new
             )
@@ -124,7 +121,7 @@ class AugmentStep(Step[AugmentConfig]):
                 f"(it has {', '.join(langs)})"
             )
         out_langs = output_langs(langs, c.rename, ctx.step_id, str(source.path))
-        specs = make_specs(c.augmenters)
+        specs = field_specs(c, "augmenters")
         with (
             CorpusWriter(ctx.output("corpus"), out_langs, source.name) as writer,
             ctx.progress(source.count(), "augment") as bar,

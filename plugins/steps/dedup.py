@@ -28,8 +28,7 @@ from mtcore.api import (
 )
 from mtcore_plugins.common.buckets import BucketedConfig, appended_shards, scatter
 from mtcore_plugins.common.keys import block_keys
-from mtcore_plugins.steps.score import scores_input
-from mtcore_plugins.steps.select import write_kept, write_scores
+from mtcore_plugins.common.scores import scores_input, write_kept, write_scores
 
 
 class DedupStepConfig(BucketedConfig):

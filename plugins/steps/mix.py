@@ -33,6 +33,7 @@ from mtcore.api import (
     StepContext,
     StepError,
 )
+from mtcore_plugins.common.sampling import role_rng, round_half_up
 
 SHARD = 100_000
 MAX_WEIGHT = 1000.0
@@ -124,10 +125,6 @@ class MixStep(Step[MixConfig]):
             )
 
 
-def round_half_up(value: Fraction) -> int:
-    return int((value + Fraction(1, 2)).__floor__())
-
-
 def plan_counts(
     sizes: dict[str, int], weights: dict[str, float], ratio: dict[str, float], step_id: str = "mix"
 ) -> dict[str, int]:
@@ -146,11 +143,6 @@ def plan_counts(
     shares = {role: Fraction(str(ratio[role])) for role in sizes}
     scale = max(Fraction(n) / shares[role] for role, n in sizes.items())
     return {role: round_half_up(shares[role] * scale) for role in sizes}
-
-
-def role_rng(seed: int, role: str) -> random.Random:
-    """Seeded by a string, through SHA-512: stable across runs, processes and Python builds."""
-    return random.Random(f"mix:{seed}:{role}")
 
 
 def write_repeated(

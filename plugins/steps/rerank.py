@@ -38,12 +38,14 @@ from mtcore.api import (
     StepContext,
     StepError,
     Tuner,
+    component_specs,
     components,
+    field_specs,
     write_artifact_meta,
 )
+from mtcore_plugins.common.features import STEP_KEYS, add_features
 from mtcore_plugins.common.nbest import Entry, NBestWriter, open_nbest
-from mtcore_plugins.steps.features import STEP_KEYS, add_features, make_specs
-from mtcore_plugins.steps.translate import worker_threads
+from mtcore_plugins.common.translate_config import worker_threads
 
 OWN_INPUTS = ("nbest", "dev_nbest", "dev_ref")
 
@@ -53,7 +55,7 @@ class RerankConfig(PluginConfig):
         default_factory=list,
         description="scorer chain: each entry a name or {name: <scorer>, feature: <column "
         "name; default the scorer's name>, <scorer settings>}",
-        json_schema_extra=components("scorers", reserved=STEP_KEYS[1:]),
+        json_schema_extra=components("scorers", reserved=STEP_KEYS[1:], label_key="feature"),
     )
     weigh: list[str] | None = Field(
         None,
@@ -77,7 +79,9 @@ class RerankConfig(PluginConfig):
     @field_validator("features")
     @classmethod
     def _labels(cls, value: list[dict[str, Any] | str]) -> list[dict[str, Any] | str]:
-        labels = [spec.label for spec in make_specs(value)]
+        labels = [
+            spec.label for spec in component_specs("scorers", value, STEP_KEYS[1:], "feature")
+        ]
         twice = sorted({label for label in labels if labels.count(label) > 1})
         if twice:
             raise ValueError(f"feature names {twice} are used twice; give each a `feature` name")
@@ -104,7 +108,7 @@ class RerankStep(Step[RerankConfig]):
         config = self.config
         test = open_nbest(ctx.inputs["nbest"], "nbest", ctx.step_id)
         src, tgt = str(test.meta["src"]), str(test.meta["tgt"])
-        specs = make_specs(config.features)
+        specs = field_specs(config, "features")
         clash = sorted({s.label for s in specs} & set(test.meta.get("features", [])))
         if clash:
             raise StepError(

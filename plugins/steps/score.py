@@ -4,7 +4,6 @@ scores each side), for selectors to rank by."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,7 +11,6 @@ from pydantic import Field
 
 from mtcore.api import (
     Corpus,
-    DataError,
     PluginConfig,
     PluginError,
     Registry,
@@ -23,8 +21,7 @@ from mtcore.api import (
     score_corpus,
     write_artifact_meta,
 )
-
-SCORES_FILE = "scores.tsv"
+from mtcore_plugins.common.scores import SCORES_FILE
 
 
 class ScoreConfig(PluginConfig):
@@ -73,47 +70,3 @@ class ScoreStep(Step[ScoreConfig]):
         ctx.stats.add("pairs", lines)
         langs = list(source.langs)
         write_artifact_meta(out, type="scores", columns=columns, lines=lines, langs=langs)
-
-
-def read_scores(path: Path) -> tuple[list[str], np.ndarray]:
-    """The columns and the (pairs, columns) table of a score step's output directory."""
-    with open(path / SCORES_FILE, encoding="utf-8") as handle:
-        header = handle.readline().rstrip("\n").split("\t")
-        table = np.loadtxt(handle, delimiter="\t", ndmin=2, dtype=np.float64)
-    return header, table.reshape(-1, len(header))
-
-
-def scores_input(
-    ctx: StepContext, column: str | None, total: int
-) -> tuple[list[str] | None, np.ndarray | None, np.ndarray | None]:
-    """The optional ``scores`` input of a step that keeps one pair of a group by score: its
-    header and table (checked to have ``total`` rows) and the values of ``column``; Nones
-    where the step has no such input. ``column`` without the input, a column the table lacks
-    or a table of another length are errors naming the file."""
-    artifact = ctx.inputs.get("scores")
-    if artifact is None:
-        if column is not None:
-            raise DataError(
-                f"{ctx.step_id}: column {column!r} names a score column, but the step has no "
-                f"`scores` input (a score step's output for the same corpus)"
-            )
-        return None, None, None
-    if artifact.type != "scores":
-        raise DataError(
-            f"{ctx.step_id}: input scores ({artifact.path}) is not a score step's output "
-            f"(artifact type {artifact.type!r})"
-        )
-    header, table = read_scores(artifact.path)
-    if len(table) != total:
-        raise DataError(
-            f"{ctx.step_id}: {artifact.path / SCORES_FILE} has {len(table)} rows but the "
-            f"corpus has {total} pairs: score the same corpus you deduplicate"
-        )
-    if column is None:
-        return header, table, None
-    if column not in header:
-        raise DataError(
-            f"{ctx.step_id}: score column {column!r} is not in {artifact.path / SCORES_FILE} "
-            f"(columns: {', '.join(header)})"
-        )
-    return header, table, table[:, header.index(column)]

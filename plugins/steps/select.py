@@ -15,28 +15,22 @@ occurrence of every pair, which is the deduplicated union; no step of its own is
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.api import (
-    BlockReader,
     Budget,
     Corpus,
-    CorpusWriter,
     DataError,
     KeepSpec,
     PluginConfig,
     Step,
     StepContext,
-    write_artifact_meta,
 )
-from mtcore_plugins.steps.score import SCORES_FILE, read_scores
+from mtcore_plugins.common.scores import SCORES_FILE, read_scores, write_kept, write_scores
 
-SHARD = 100_000  # pairs per block when writing the kept lines
 BUDGET_FIELDS = ("threshold", "top_k", "top_fraction", "percentile")
 
 
@@ -153,27 +147,3 @@ class SelectStep(Step[SelectConfig]):
     @staticmethod
     def _write(ctx: StepContext, corpus: Corpus, keep: np.ndarray) -> None:
         write_kept(ctx.output("corpus"), corpus, keep)
-
-
-def write_kept(
-    out: Path, corpus: Corpus, keep: np.ndarray, done: Callable[[int], object] = lambda _: None
-) -> None:
-    """The pairs of ``corpus`` that ``keep`` marks, in corpus order, their bytes unchanged;
-    ``done(n)`` after each ``n`` pairs read."""
-    with CorpusWriter(out, corpus.langs) as writer:
-        start = 0
-        for raw in BlockReader(corpus.files(), SHARD):
-            mask = keep[start : start + raw.count]
-            sides = [raw.kept_bytes(side, mask) for side in range(len(raw.raws))]
-            writer.write_raw(sides, int(mask.sum()))
-            start += raw.count
-            done(raw.count)
-
-
-def write_scores(out: Any, header: list[str], table: np.ndarray) -> None:
-    """A score table in the score step's format (so that selections can be chained)."""
-    with open(out / SCORES_FILE, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write("\t".join(header) + "\n")
-        if len(table):
-            np.savetxt(handle, table, fmt="%.9g", delimiter="\t")
-    write_artifact_meta(out, type="scores", columns=header, lines=len(table))

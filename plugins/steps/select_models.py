@@ -190,7 +190,7 @@ def translate_dev(
     import torch
 
     from mtcore_plugins.common.decoding import Translator
-    from mtcore_plugins.steps.translate import TranslateConfig
+    from mtcore_plugins.common.translate_config import TranslateConfig
 
     settings = config.model_dump(
         include={

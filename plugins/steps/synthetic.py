@@ -30,9 +30,9 @@ from mtcore.api import (
     RawBlock,
     Step,
     StepContext,
+    encode_lines,
 )
 from mtcore_plugins.common.tags import TOKEN_PATTERN, prepend
-from mtcore_plugins.steps.normalize import encode
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 SHARD = 20_000
@@ -122,7 +122,7 @@ class SyntheticStep(Step[SyntheticConfig]):
             ctx.stats.add(
                 "synthetic.tagged", sum(1 for a, b in zip(lines, tagged, strict=True) if a != b)
             )
-            sides[source] = encode(tagged)
+            sides[source] = encode_lines(tagged)
         return sides[0], sides[1]
 
 

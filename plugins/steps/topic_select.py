@@ -17,8 +17,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.api import BlockReader, Budget, Corpus, CorpusWriter, Step, StepContext
+from mtcore_plugins.common.scores import write_scores
 from mtcore_plugins.common.topic import TopicConfig, fit_terms, score_pairs
-from mtcore_plugins.steps.select import write_scores
 
 
 class TopicSelectConfig(TopicConfig):

@@ -3,13 +3,12 @@
 Beyond a plain training: fine-tuning or vocabulary-mapped initialisation from another train
 step's model (input ``init``), early stopping on dev loss or BLEU, averaging the last or the
 best N checkpoints, right-to-left models, Adafactor, fp16/bf16 on GPU and several processes
-through torchrun (settings in :mod:`mtcore_plugins.steps.train_config`).
+through torchrun (settings in :mod:`mtcore_plugins.common.train_config`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 import time
@@ -24,7 +23,6 @@ from mtcore.api import (
     StepContext,
     StepError,
     run_logged,
-    tail,
     thread_count,
     write_artifact_meta,
 )
@@ -36,16 +34,11 @@ from mtcore_plugins.common.checkpoints import (
     select_best,
     select_checkpoints,
 )
-from mtcore_plugins.steps.train_config import TrainConfig
+from mtcore_plugins.common.train_config import TrainConfig
+from mtcore_plugins.common.train_log import LOADED, live_line, parse_train_log, training_done
 
 ENTRY = "mtcore_plugins.common.fairseq_entry"
-JSON_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
-DONE = "| done training in"
-SKIPPED = re.compile(r"([\d,]+) samples have invalid sizes and will be skipped")
-LOADED = re.compile(r"Loaded checkpoint (.*) \(epoch (\d+) @ (\d+) updates\)")
-EARLY_STOP = "early stop since valid performance hasn't improved"
-VALID_KEYS = ("loss", "nll_loss", "ppl", "bleu", "wps", "ups", "wall", "num_updates")
-__all__ = ["TrainConfig", "TrainStep", "parse_train_log", "repair_last_checkpoint"]
+__all__ = ["LOADED", "TrainConfig", "TrainStep", "parse_train_log", "repair_last_checkpoint"]
 
 
 class TrainStep(Step[TrainConfig]):
@@ -328,78 +321,3 @@ class TrainStep(Step[TrainConfig]):
                 ctx.step_id,
                 parsed["skipped_too_long"],
             )
-
-
-def training_done(log: Path) -> bool:
-    """fairseq-train logs ``done training in`` as its last act; a rerun after that (killed while
-    finishing up) must not train again: fairseq would run one update past max_update."""
-    return log.exists() and DONE in tail(log, 5)
-
-
-def live_line(log: Path, max_update: int) -> str:
-    """``update 350/1400 loss 5.21 3.2 upd/s`` from the last progress record of a running
-    fairseq-train log (its last 16 KiB)."""
-    if not log.exists():
-        return "starting"
-    with open(log, "rb") as handle:
-        handle.seek(max(0, log.stat().st_size - 16384))
-        lines = handle.read().decode("utf-8", errors="replace").splitlines()
-    for line in reversed(lines):
-        match = JSON_RECORD.search(line)
-        if match and match.group(1) in ("train_inner", "train"):
-            try:
-                record = json.loads(match.group(2))
-                line = f"update {int(float(record['num_updates']))}/{max_update}"
-                if "loss" in record:
-                    line += f" loss {float(record['loss']):.2f}"
-                if "ups" in record:
-                    line += f" {float(record['ups']):.1f} upd/s"
-            except (ValueError, TypeError, KeyError):
-                continue
-            return line
-    return "update 0/" + str(max_update)
-
-
-def parse_train_log(log: Path) -> dict[str, Any]:
-    """Final losses, updates and speed from fairseq's JSON log lines (the last of each kind)."""
-    found: dict[str, Any] = {}
-    with open(log, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            loaded = LOADED.search(line)
-            if loaded and loaded.group(1).endswith("checkpoint_last.pt"):
-                found["resumed_from_update"] = int(loaded.group(3))
-            elif loaded:  # the init model of a fine-tuning, loaded with everything reset
-                found["init_loaded"] = True
-            if EARLY_STOP in line:
-                found["early_stopped"] = True
-            skipped = SKIPPED.search(line)
-            if skipped:  # logged once per epoch iterator, the same examples each time
-                count = int(skipped.group(1).replace(",", ""))
-                found["skipped_too_long"] = max(found.get("skipped_too_long", 0), count)
-            kind, record = _json_record(line)
-            if kind in ("train", "valid"):
-                for key in VALID_KEYS:
-                    if f"{kind}_{key}" in record:
-                        found[f"{kind}_{key}"] = float(record[f"{kind}_{key}"])
-            elif kind == "train_inner" and "num_updates" in record:
-                found["train_inner_loss"] = float(record["loss"])
-                found["train_inner_num_updates"] = float(record["num_updates"])
-    updates = max(
-        found.get("train_num_updates", 0),
-        found.get("train_inner_num_updates", 0),
-        found.get("valid_num_updates", 0),
-    )
-    found["updates"] = int(updates)
-    if "train_wps" in found:
-        found["tokens_per_second"] = found.pop("train_wps")
-    return found
-
-
-def _json_record(line: str) -> tuple[str, dict[str, Any]]:
-    match = JSON_RECORD.search(line)
-    if not match:
-        return "", {}
-    try:
-        return match.group(1), json.loads(match.group(2))
-    except json.JSONDecodeError:
-        return "", {}

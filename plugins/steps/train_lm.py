@@ -31,7 +31,7 @@ from mtcore.api import (
     write_artifact_meta,
 )
 from mtcore_plugins.common.spm import load_spm
-from mtcore_plugins.steps.train import live_line, parse_train_log, training_done
+from mtcore_plugins.common.train_log import live_line, parse_train_log, training_done
 
 ENTRY = "mtcore_plugins.common.lm_entry"
 

@@ -28,15 +28,17 @@ from mtcore.api import (
     DataError,
     PluginConfig,
     RawBlock,
+    ShardOutput,
     Step,
     StepContext,
     StepError,
     map_shards,
+    rewrite_corpus,
+    rewrite_shard,
     worker_memo,
     write_artifact_meta,
 )
 from mtcore_plugins.common.truecasing import CASELESS, words
-from mtcore_plugins.steps.normalize import ShardOutput, rewrite_corpus, rewrite_shard
 
 Casing = dict[str, dict[str, int]]
 """lower-cased word -> surface form -> count, forms in order of first occurrence."""

@@ -5,7 +5,7 @@ scorers, and loads their models, once), resume-safe like every sharded step."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,6 @@ from mtcore.api import (
     Scorer,
     StepContext,
     StepError,
-    component_specs,
     load_registry,
     map_shards,
     worker_memo,
@@ -23,12 +22,6 @@ from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
 
 STEP_KEYS = ("name", "feature")
 """Keys of a feature entry that belong to the step, not to the scorer's settings."""
-
-
-def make_specs(entries: Sequence[dict[str, Any] | str]) -> tuple[ComponentSpec, ...]:
-    """Specs of the feature entries; a second entry of one scorer is labelled ``name#2``
-    unless it names its ``feature``."""
-    return component_specs("scorers", entries, STEP_KEYS[1:], label_key="feature")
 
 
 def _chain(specs: tuple[ComponentSpec, ...], src: str, tgt: str, resources: Any) -> list[Scorer]:
