@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mtcore.exec import shards
 from mtcore.chain.ranking import KeepSpec, ranked_cut
+from mtcore.exec import shards
 from mtcore.text.block import TextBlock
 from mtcore_plugins.common import tokens as _tokens
 

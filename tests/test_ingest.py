@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.data import ingest as ingest_module
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.stats import Stats
+from mtcore.data import ingest as ingest_module
 from mtcore.data.corpus import InputPolicy, read_parallel
 from mtcore.data.ingest import ingest
 from mtcore_plugins.executors.local import LocalExecutor

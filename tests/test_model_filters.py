@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from mtcore.exec import shards
 from mtcore.chain.filtering import KEPT, Chain, make_specs
 from mtcore.contracts.errors import PluginError
+from mtcore.exec import shards
 from mtcore.recipe.hashing import content_hash
 from mtcore.text.block import TextBlock
 from mtcore_plugins.common import langcodes
