@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mtcore.contracts.hooks import hookimpl, make_plugin_manager
+from mtcore.contracts.hooks import hookimpl
 from mtcore.recipe.load import build_recipe
 from mtcore.recipe.plan import make_plan
+from mtcore.run.hooks import make_plugin_manager
 from mtcore.run.runner import Runner
 
 from .conftest import clean_split_recipe, real_slice
@@ -209,6 +210,37 @@ def test_lifecycle_hooks_fire_for_steps_that_run(tmp_path, registry, enja_files)
         ("started", "split"),
         ("finished", "split"),
     ]  # cached steps are quiet
+
+
+class Finished:
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, list[str], str | None]] = []
+
+    @hookimpl
+    def mtcore_run_finished(self, recipe, result, label) -> None:
+        self.runs.append((recipe.name, [r.status for r in result.results], label))
+
+
+def test_the_report_is_written_by_a_hook_on_the_end_of_a_run(tmp_path, registry, enja_files):
+    """Issue 49 point 5: the runner returns its result and announces the end of the run; the
+    report is the built-in hook's work. Unregistered, the run writes no report; another hook
+    sees the same result in plan order."""
+    from mtcore.run.hooks import REPORT
+
+    recipe = build_recipe(recipe_doc(enja_files), registry)
+    pm = make_plugin_manager(load_entrypoints=False)
+    pm.unregister(name=REPORT)
+    finished = Finished()
+    pm.register(finished)
+    work = tmp_path / "w"
+    result = Runner(recipe, registry, work, hooks=pm, show_progress=False).run(until="clean")
+    assert [r.planned.id for r in result.results] == ["bitext", "clean"]
+    assert finished.runs == [(recipe.name, ["ran", "ran"], None)]
+    assert not list(work.glob("report*.md"))
+    # a runner given no manager gets the core's own hooks: the report is written
+    Runner(recipe, registry, work, show_progress=False, label="v2").run(until="clean")
+    assert (work / "report.v2.md").exists()
+    assert "clean" in (work / "report.v2.md").read_text(encoding="utf-8")
 
 
 def _write_big_recipe(tmp_path: Path, files: dict[str, Path]) -> Path:

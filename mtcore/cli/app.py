@@ -375,9 +375,9 @@ def compare(
 ) -> None:
     """Run several recipes in one workdir and write compare.md (and compare.png) side by
     side: pairs kept after each data step, training time, scores per direction."""
-    from mtcore.contracts.hooks import make_plugin_manager
     from mtcore.recipe.load import load_recipe
     from mtcore.run.compare import Variant, run_variants, unique_labels, write_comparison
+    from mtcore.run.hooks import make_plugin_manager
 
     registry = load_registry()
     hooks = make_plugin_manager()
@@ -446,7 +446,7 @@ def with_plugin_commands() -> click.Group:
     """The command group with the commands that installed packages add through the
     ``mtcore_add_commands`` hook (the shipped plugins add ``evaluate``), added once."""
     if not _PLUGIN_COMMANDS:
-        from mtcore.contracts.hooks import make_plugin_manager
+        from mtcore.run.hooks import make_plugin_manager
 
         make_plugin_manager().hook.mtcore_add_commands(cli=cli)
         _PLUGIN_COMMANDS.append(True)

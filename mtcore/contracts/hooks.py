@@ -25,14 +25,12 @@ class LifecycleSpec:
         """A step completed and its output was renamed into place."""
 
     @hookspec
+    def mtcore_run_finished(self, recipe: Any, result: Any, label: str | None) -> None:
+        """A run ended with every step of its plan done (run or cached) or, with
+        ``--keep-going``, failed; ``result`` is the run's ``RunResult``, in plan order, and
+        ``label`` names its report files where variants share a workdir. The built-in report
+        writer (:class:`mtcore.run.report.ReportWriter`) writes ``report.md`` here."""
+
+    @hookspec
     def mtcore_add_commands(self, cli: Any) -> None:
         """Add click commands to the ``mtcore`` command group."""
-
-
-def make_plugin_manager(load_entrypoints: bool = True) -> pluggy.PluginManager:
-    """A fresh manager per run; hook implementations come from the ``mtcore.hooks`` group."""
-    pm = pluggy.PluginManager(PROJECT)
-    pm.add_hookspecs(LifecycleSpec)
-    if load_entrypoints:
-        pm.load_setuptools_entrypoints("mtcore.hooks")
-    return pm

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtcore.contracts.hooks import hookimpl
+
 if TYPE_CHECKING:
     from mtcore.contracts.results import RunResult
     from mtcore.recipe.load import Recipe
@@ -223,3 +225,13 @@ def write_report(recipe: Recipe, result: RunResult, label: str | None = None) ->
     plot = name if rows and write_plot(rows, path, label or recipe.name) else None
     text = render_report(recipe, result, plot)
     (result.workdir / f"report{suffix}.md").write_text(text, encoding="utf-8")
+
+
+class ReportWriter:
+    """The core's hook implementation that writes the report when a run ends; registered by
+    :func:`mtcore.run.hooks.make_plugin_manager` under ``REPORT``. The runner only
+    announces the end of a run; ``mtcore report``-style rewrites call :func:`write_report`."""
+
+    @hookimpl
+    def mtcore_run_finished(self, recipe: Recipe, result: RunResult, label: str | None) -> None:
+        write_report(recipe, result, label)

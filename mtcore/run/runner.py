@@ -36,6 +36,7 @@ from mtcore.run.cache import (
     open_lock,
     read_manifest,
 )
+from mtcore.run.hooks import make_plugin_manager
 from mtcore.run.jobs import make_executor, run_plugin
 from mtcore.run.resources import default_slots
 
@@ -100,7 +101,10 @@ def run_log(workdir: Path) -> Iterator[Path]:
 
 
 class Runner:
-    """Runs one recipe in one workdir. ``hooks`` is a pluggy manager (lifecycle events)."""
+    """Runs one recipe in one workdir and returns what happened (a ``RunResult``); the end of a
+    run is an event (``mtcore_run_finished``) on ``hooks``, a pluggy manager, whose built-in
+    implementation writes the report. Without ``hooks``, a manager with only the core's own
+    implementations (no entry points)."""
 
     def __init__(
         self,
@@ -124,7 +128,7 @@ class Runner:
         self.recipe = recipe
         self.registry = registry
         self.workdir = workdir
-        self.hooks = hooks
+        self.hooks = hooks if hooks is not None else make_plugin_manager(load_entrypoints=False)
         self.show_progress = show_progress
         self.label = label
         self.scheduler_name = scheduler
@@ -154,9 +158,7 @@ class Runner:
             Driver(self, plan, result).run()
             order = {p.id: i for i, p in enumerate(plan)}
             result.results.sort(key=lambda r: order[r.planned.id])
-            from mtcore.run.report import write_report
-
-            write_report(self.recipe, result, self.label)
+            self.hooks.hook.mtcore_run_finished(recipe=self.recipe, result=result, label=self.label)
             return result
 
     def cached(self, planned: PlannedStep, key: str | None) -> dict[str, Any] | None:
