@@ -747,3 +747,59 @@ def test_adapters_only_fine_tuning_keeps_the_base_model(enja_data: Path, tmp_pat
     assert all(torch.equal(before[key], after[key]) for key in before)
     assert any(after[key].abs().sum() > 0 for key in adapters if key.endswith("up.weight"))
     assert len(generate(enja_data, tuned / "checkpoint.pt")) == VALID_LINES
+
+
+EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "mtcore-example-model"
+
+EXAMPLE_RUN = """
+import json, sys
+from pathlib import Path
+
+import torch
+
+from mtcore.api import Artifact
+from mtcore_plugins.common.fairseq_setup import add_safe_globals
+from tests.test_model_plugins import train, translate
+
+data, work = Path(sys.argv[1]), Path(sys.argv[2])
+model = train(data, work / "train", "mtcore_example_gain_tiny", ["output_gain"], [])
+add_safe_globals()
+state = torch.load(model / "checkpoint.pt", weights_only=True)["model"]
+meta = Artifact.open(model).meta
+print(json.dumps({
+    "gains": {k: v.tolist() for k, v in state.items() if "output_gains" in k},
+    "models": meta.get("models"), "arch": meta["arch"],
+    "lines": len(translate(data, model, work / "translate")),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_example_model_package_trains_and_decodes(enja_data: Path, tmp_path: Path) -> None:
+    """Issue 49 point 7: a model family in a separate package (one file, one entry point),
+    installed with pip: the train step registers it in fairseq's process by its plugin name,
+    the model trains its extension's parameters (a gain per layer, moved off 1 by 6 updates),
+    and the translate step registers the family again from the model's record to decode."""
+    import json
+    import os
+
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(EXAMPLE_MODEL)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    root = EXAMPLE_MODEL.parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(root)])}
+    done = subprocess.run(
+        [sys.executable, "-c", EXAMPLE_RUN, str(enja_data), str(tmp_path / "work")],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["arch"] == "mtcore_example_gain_tiny"
+    assert "output_gain" in found["models"]
+    assert sorted(found["gains"]) == ["decoder.output_gains", "encoder.output_gains"]
+    assert all(len(gains) == 2 for gains in found["gains"].values())  # one per layer
+    assert any(g != 1.0 for gains in found["gains"].values() for g in gains)  # trained
+    assert found["lines"] == VALID_LINES

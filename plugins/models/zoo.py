@@ -145,7 +145,10 @@ def tiny_presets() -> list[str]:
     return sorted(name for name in PRESETS if name.endswith("_tiny"))
 
 
-def _architecture(model: str, settings: dict[str, Any]) -> Any:
+def architecture(model: str, settings: dict[str, Any]) -> Any:
+    """The fairseq architecture function of ``model`` that fills what the command line left
+    unset with ``settings``, then the model's own defaults."""
+
     def apply(args: Any) -> None:
         for key, value in settings.items():
             if getattr(args, key, None) is None:
@@ -209,5 +212,5 @@ def register_presets(names: list[str]) -> None:
         preset = PRESETS[name]
         if name not in ARCH_MODEL_REGISTRY:
             register_model_architecture(preset.model, name)(
-                _architecture(preset.model, preset.settings)
+                architecture(preset.model, preset.settings)
             )
