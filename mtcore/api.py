@@ -104,6 +104,7 @@ if TYPE_CHECKING:
         Augmenter as Augmenter,
         ComponentField as ComponentField,
         ConfigT as ConfigT,
+        CorpusFit as CorpusFit,
         Executor as Executor,
         Filter as Filter,
         Metric as Metric,

@@ -24,6 +24,9 @@ def test_the_kind_parameter_sets_config_and_types_self_config():
     class Limited(Filter[_Settings]):
         name = "limited"
 
+        def accept(self, score):
+            return True
+
     assert Limited.Config is _Settings
     plugin = Limited.from_dict({"limit": 5})
     assert isinstance(plugin.config, _Settings) and plugin.config.limit == 5
@@ -38,6 +41,9 @@ def test_a_generic_intermediate_base_passes_the_parameter_on():
 
     class Leaf(Base[_Settings]):
         name = "leaf"
+
+        def accept(self, score):
+            return True
 
     assert Base.Config is PluginConfig
     assert Leaf.Config is _Settings
@@ -123,3 +129,35 @@ def test_a_chain_setting_declares_its_specs_once():
     assert field_specs(Chained(features=[]), "processors") == ()
     with pytest.raises(PluginError, match="not a setting marked components"):
         field_specs(config, "other")
+
+
+def test_required_methods_are_abstract_and_every_plugin_has_them():
+    """Issue 49 point 4: a kind's required methods are abstract, so a plugin that lacks one
+    fails when it is made, naming the method, not at its first batch; no installed plugin is
+    abstract. An optional ability is a small mixin: a corpus fit is ``CorpusFit``."""
+    import inspect
+
+    from mtcore.api import CorpusFit
+
+    class NoAccept(Filter[_Settings]):
+        name = "no_accept"
+
+        def score(self, batch):
+            return [0.0] * len(batch)
+
+    with pytest.raises(TypeError, match="abstract method '?accept"):
+        NoAccept()
+    registry = load_registry()
+    abstract = [
+        f"{kind}:{name}"
+        for kind in KINDS
+        for name in registry.names(kind)
+        if inspect.isabstract(registry.load(kind, name))
+    ]
+    assert abstract == []
+    fitting = [
+        name
+        for name in registry.names("filters")
+        if issubclass(registry.load("filters", name), CorpusFit)
+    ]
+    assert fitting == ["alignment"]

@@ -22,6 +22,7 @@ from mtcore.chain.selection import Selector
 from mtcore.contracts.errors import PluginError
 from mtcore.contracts.plugin import (
     Augmenter,
+    CorpusFit,
     Filter,
     Plugin,
     Processor,
@@ -82,7 +83,7 @@ class ComponentSpec:
         plugin = self.configured(registry)
         if setup:
             plugin.setup(*setup)
-        if self.fitted is not None:
+        if self.fitted is not None and isinstance(plugin, CorpusFit):
             plugin.use_fit(Path(self.fitted))
         return plugin
 

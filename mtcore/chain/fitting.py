@@ -28,7 +28,7 @@ import numpy as np
 from mtcore.chain.components import ComponentSpec
 from mtcore.chain.filtering import KEPT, ChainTask, ShardResult, chain_resources, chain_task
 from mtcore.contracts.errors import DataError
-from mtcore.contracts.plugin import Filter, Pair
+from mtcore.contracts.plugin import CorpusFit, Pair
 from mtcore.exec.shards import map_shards
 from mtcore.text.block import BlockReader, RawBlock
 
@@ -46,7 +46,8 @@ def fit_chain(
     """``specs`` with ``fitted`` set for every filter that asks to be fitted."""
     done = list(specs)
     for index, spec in enumerate(specs):
-        size = spec.configured(ctx.registry).fit_size()
+        plugin = spec.configured(ctx.registry)
+        size = plugin.fit_size() if isinstance(plugin, CorpusFit) else 0
         if size <= 0:
             continue
         folder = ctx.scratch("fit") / f"{index:03d}-{spec.label}"
@@ -109,7 +110,7 @@ def kept_by(
     return pairs
 
 
-def fit_into(plugin: Filter, sample: Sequence[Pair], folder: Path) -> None:
+def fit_into(plugin: CorpusFit, sample: Sequence[Pair], folder: Path) -> None:
     """``plugin.fit`` into a temporary directory renamed to ``folder`` once complete."""
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

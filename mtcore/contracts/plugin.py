@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ ConfigT = TypeVar("ConfigT", bound=PluginConfig, default=PluginConfig)
 ``self.config`` as a ``LengthConfig`` and, declared once, sets ``Config`` too."""
 
 
-class Plugin(Generic[ConfigT]):
+class Plugin(Generic[ConfigT], metaclass=ABCMeta):
     """Common base: ``name`` equals the entry-point name; ``Config`` holds the settings.
 
     A plugin names its settings type once, as the kind's parameter
@@ -80,13 +81,16 @@ Pair = tuple[str, ...]
 class Source(Plugin[ConfigT]):
     """Yields a corpus. ``langs`` lists its languages in column order (one for monolingual)."""
 
+    @abstractmethod
     def langs(self) -> tuple[str, ...]:
         raise NotImplementedError
 
+    @abstractmethod
     def fingerprint(self) -> str:
         """A string that changes whenever the data this source yields would change."""
         raise NotImplementedError
 
+    @abstractmethod
     def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
         """Yield segments in order. File-reading sources read through
         :func:`mtcore.data.corpus.read_parallel` / :func:`mtcore.data.read.read_tsv` with ``policy``
@@ -175,23 +179,8 @@ class Filter(Plugin[ConfigT]):
     def score(self, batch: Sequence[Pair]) -> Sequence[Any]:
         raise NotImplementedError
 
+    @abstractmethod
     def accept(self, score: Any) -> bool:
-        raise NotImplementedError
-
-    def fit_size(self) -> int:
-        """Pairs of the corpus that ``fit`` wants to learn from; 0 (the default): none, the
-        filter is not fitted. The engine draws them evenly spaced over the whole corpus and
-        passes on those the earlier filters of the chain keep, whatever the shard size."""
-        return 0
-
-    def fit(self, sample: Sequence[Pair], folder: Path) -> None:
-        """Learns a corpus-level model from ``sample`` and writes it into the empty directory
-        ``folder``. Called once per step, in the driver, before any shard is scored; the same
-        sample must give the same model (a rerun may refit, or reuse a completed fit)."""
-        raise NotImplementedError
-
-    def use_fit(self, folder: Path) -> None:
-        """Reads the model ``fit`` wrote; called after ``setup`` in every process that scores."""
         raise NotImplementedError
 
     def score_block(self, block: Any) -> Any:
@@ -229,6 +218,29 @@ class Filter(Plugin[ConfigT]):
         return values.min(axis=1) if self.higher_is_better else values.max(axis=1)
 
 
+class CorpusFit(ABC):
+    """An optional ability of a filter: a corpus-level model learned once per step
+    (``class AlignmentFilter(Filter[AlignmentConfig], CorpusFit)``). The engine
+    (:mod:`mtcore.chain.fitting`) asks a filter with this ability for ``fit_size`` pairs,
+    calls ``fit`` once, in the driver, and ``use_fit`` in every process that scores."""
+
+    @abstractmethod
+    def fit_size(self) -> int:
+        """Pairs of the corpus that ``fit`` wants to learn from; 0: none, the filter is not
+        fitted. The engine draws them evenly spaced over the whole corpus and passes on those
+        the earlier filters of the chain keep, whatever the shard size."""
+
+    @abstractmethod
+    def fit(self, sample: Sequence[Pair], folder: Path) -> None:
+        """Learns a corpus-level model from ``sample`` and writes it into the empty directory
+        ``folder``. Called once per step, in the driver, before any shard is scored; the same
+        sample must give the same model (a rerun may refit, or reuse a completed fit)."""
+
+    @abstractmethod
+    def use_fit(self, folder: Path) -> None:
+        """Reads the model ``fit`` wrote; called after ``setup`` in every process that scores."""
+
+
 class Processor(Plugin[ConfigT]):
     """Rewrites text: ``process(batch, lang) -> same-length list``.
 
@@ -237,6 +249,7 @@ class Processor(Plugin[ConfigT]):
     rewritten to the same layout and line count. The ``normalize`` step then never builds
     ``str`` lines for it. ``None`` (the default) means there is no such path."""
 
+    @abstractmethod
     def process(self, batch: Sequence[str], lang: str) -> list[str]:
         raise NotImplementedError
 
@@ -252,6 +265,7 @@ class Augmenter(Plugin[ConfigT]):
     never from the shard or the process, so the output is the same whatever the shard size,
     the worker count or a resumed run. The ``augment`` step chains augmenters."""
 
+    @abstractmethod
     def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
         raise NotImplementedError
 
@@ -263,6 +277,7 @@ class Metric(Plugin[ConfigT]):
     :meth:`segment_statistics` and :meth:`score_statistics`: a tuner or a reranker then scores
     any selection of hypotheses by summing rows instead of re-scoring text."""
 
+    @abstractmethod
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Any:
         """``refs`` is a list of reference streams, each as long as ``hyps``. Returns a
         :class:`mtcore.system.metrics.Score`."""
@@ -297,6 +312,7 @@ class Model(Plugin[ConfigT]):
     ``user_dir()`` names a directory fairseq's ``--user-dir`` can import in a subprocess.
     """
 
+    @abstractmethod
     def register(self) -> None:
         raise NotImplementedError
 
@@ -328,6 +344,7 @@ class Scorer(Plugin[ConfigT]):
             )
         return self.resources[role]
 
+    @abstractmethod
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         raise NotImplementedError
 
@@ -364,6 +381,7 @@ class Executor(Plugin[ConfigT]):
         name a file and a byte range instead of carrying the bytes)."""
         return True
 
+    @abstractmethod
     def map(self, fn: Any, tasks: Any) -> Iterator[Any]:
         raise NotImplementedError
 

@@ -69,7 +69,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.api import Filter, Pair, PluginConfig, PluginError, worker_memo
+from mtcore.api import CorpusFit, Filter, Pair, PluginConfig, PluginError, worker_memo
 from mtcore_plugins.filters._lexicon import Lexicon
 
 MAX_TOKENS = 0x3FF  # eflomal writes longer sentences as empty (MAX_SENT_LEN 0x400)
@@ -154,7 +154,7 @@ def iterations(model: int, pairs: int, rel: float) -> list[str]:
     ]
 
 
-class AlignmentFilter(Filter[AlignmentConfig]):
+class AlignmentFilter(Filter[AlignmentConfig], CorpusFit):
     """Score: the pair's alignment probability in [0, 1]; accept at ``min_probability``."""
 
     name = "alignment"
