@@ -194,6 +194,7 @@ if TYPE_CHECKING:
         open_lock as open_lock,
     )
     from mtcore.run.jobs import (
+        job_command as job_command,
         job_state as job_state,
         run_job as run_job,
     )

@@ -355,6 +355,12 @@ def make_executor(recipe: Recipe, registry: Registry) -> Executor:
     return executor
 
 
+def job_command(folder: Path | str) -> list[str]:
+    """The command that runs the job prepared in ``folder`` in a process of its own (a
+    scheduler that starts processes, such as ``local`` for a GPU step, runs this)."""
+    return [sys.executable, "-m", __name__, str(folder)]
+
+
 def main(argv: list[str]) -> int:
     from mtcore.exec.process import safe_children, safe_torch_loads, thread_defaults
 

@@ -2,8 +2,8 @@
 
 A step without GPUs runs in a thread of the driver (its tools are processes of their own:
 fairseq-train forked warm, the executor's pool workers), so it shares the warm starts and the
-worker pool of the run. A step with GPUs runs as ``python -m mtcore.run.jobs`` with its own
-``CUDA_VISIBLE_DEVICES``: the devices it was given, and only those, for every process it
+worker pool of the run. A step with GPUs runs as ``job_command`` (``python -m
+mtcore.run.jobs``) with its own ``CUDA_VISIBLE_DEVICES``: the devices it was given, and only those, for every process it
 starts. ``mtcore run --slots cpu=N,gpu=M`` caps what it uses (``cpu=1``: one step at a time).
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import queue
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from mtcore.api import (
     Scheduler,
     StepError,
     cores,
+    job_command,
     tail,
 )
 
@@ -120,7 +120,7 @@ class LocalScheduler(Scheduler[LocalSchedulerConfig]):
         job.log.parent.mkdir(parents=True, exist_ok=True)
         with open(job.log, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "mtcore.run.jobs", str(job.folder)],
+                job_command(job.folder),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
