@@ -4,7 +4,8 @@ A step without GPUs runs in a thread of the driver (its tools are processes of t
 fairseq-train forked warm, the executor's pool workers), so it shares the warm starts and the
 worker pool of the run. A step with GPUs runs as ``job_command`` (``python -m
 mtcore.run.jobs``) with its own ``CUDA_VISIBLE_DEVICES``: the devices it was given, and only
-those, for every process it starts. ``mtcore run --slots cpu=N,gpu=M`` caps what it uses (``cpu=1``: one step at a time).
+those, for every process it starts. ``mtcore run --slots cpu=N,gpu=M`` caps what it uses
+(``cpu=1``: one step at a time).
 """
 
 from __future__ import annotations
