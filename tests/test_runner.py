@@ -404,4 +404,8 @@ def test_executor_contract_declares_workers(registry):
     class Serial(Executor):  # an outside executor without a workers setting runs one at a time
         name = "serial"
 
+        def map(self, fn, tasks):
+            return map(fn, tasks)
+
     assert Serial().workers == 1
+    assert list(Serial().map(abs, [-1, 2])) == [1, 2]
