@@ -207,12 +207,14 @@ def rewrite_corpus(
     payload: Any,
     shard_size: int,
     desc: str,
+    out_langs: tuple[str, ...] | None = None,
 ) -> None:
     """Writes ``ctx.output("corpus")``: ``task_fn((payload, langs, shard))`` over every shard on
-    the executor, in order, resuming from the shards a killed run already finished."""
+    the executor, in order, resuming from the shards a killed run already finished. The output
+    names its columns ``out_langs`` (default: the source's; ``augment`` renames one)."""
     langs = source.langs
     with (
-        CorpusWriter(ctx.output("corpus"), langs, source.name) as writer,
+        CorpusWriter(ctx.output("corpus"), out_langs or langs, source.name) as writer,
         ctx.progress(source.count, desc) as bar,
     ):
         results = map_shards(

@@ -19,10 +19,8 @@ from pydantic import Field, model_validator
 
 from mtcore.api import (
     Augmenter,
-    BlockReader,
     ComponentSpec,
     Corpus,
-    CorpusWriter,
     PluginConfig,
     RawBlock,
     ShardOutput,
@@ -34,7 +32,7 @@ from mtcore.api import (
     components,
     field_specs,
     load_registry,
-    map_shards,
+    rewrite_corpus,
     rewrite_shard,
 )
 
@@ -122,23 +120,9 @@ class AugmentStep(Step[AugmentConfig]):
             )
         out_langs = output_langs(langs, c.rename, ctx.step_id, str(source.path))
         specs = field_specs(c, "augmenters")
-        with (
-            CorpusWriter(ctx.output("corpus"), out_langs, source.name) as writer,
-            ctx.progress(source.count(), "augment") as bar,
-        ):
-            results = map_shards(
-                ctx.executor,
-                augment_task,
-                BlockReader(source.files(), c.shard_size),
-                lambda raw: ((specs, c.side), langs, raw),
-                ctx.scratch("shards"),
-            )
-            for raw, (sides, counts) in results:
-                writer.write_raw(sides, raw.count)
-                ctx.stats.merge(counts)
-                bar.update(raw.count)
-        ctx.stats.add("pairs_in", writer.lines)
-        ctx.stats.add("pairs_out", writer.lines)
+        rewrite_corpus(
+            ctx, source, augment_task, (specs, c.side), c.shard_size, "augment", out_langs
+        )
 
 
 def output_langs(
