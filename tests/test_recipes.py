@@ -16,6 +16,8 @@ import pytest
 from mtcore.recipe.load import build_recipe, read_yaml
 from mtcore.recipe.overrides import EXTENDS
 
+from .mlflow_server import mlflow_server  # noqa: F401 (fixture)
+
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 CASES = [
     (path, profile)
@@ -89,9 +91,10 @@ def test_an_overlay_changes_sizes_not_the_graph(registry, path, profile, base):
     assert shapes[0] == shapes[1]
 
 
-def run_recipe(path: Path, work: Path, profile: str | None = None) -> None:
+def run_recipe(path: Path, work: Path, profile: str | None = None, *extra: str) -> None:
     command = [sys.executable, "-m", "mtcore.cli", "run", str(path), "-w", str(work), "-q"]
     command += ["-p", profile] if profile else []
+    command += list(extra)
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -110,13 +113,19 @@ def check_stages(registry, path: Path, work: Path, profile: str | None) -> list[
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
-def test_smoke_profile_runs_end_to_end(registry, path, tmp_path):
+def test_smoke_profile_runs_end_to_end(registry, path, tmp_path, request):
     """The fast tier's run of each recipe: its whole graph (every step kind it uses) at micro
     sizes completes, and every stage is scored and reported (outputs of models trained for a
-    handful of updates are not checked for text: the slow tier's default-profile runs are)."""
+    handful of updates are not checked for text: the slow tier's default-profile runs are).
+    NT5's is tracked on an MLflow server and its run page viewed in Chromium."""
     work = smoke_workdir(path, tmp_path)
-    run_recipe(path, work, "smoke")
+    tracked = path.stem == "nt5"
+    server = request.getfixturevalue("mlflow_server") if tracked else None
+    run_recipe(path, work, "smoke", *(["--track", str(server)] if tracked else []))
     evals = check_stages(registry, path, work, "smoke")
+    if tracked:
+        check_tracked(str(server), registry, path, work, evals)
+        check_page(work, evals, tmp_path / "shots")
     check_stage_significance(path, work, evals, ["-p", "smoke"])
     check_translate(registry, path, work, "smoke", SMOKE_TRANSLATE.get(path.stem, []))
     if path.stem == "nt5":
@@ -285,6 +294,71 @@ def check_stage_significance(
         delta = bleu[f"eval_{after}_{direction}"] - bleu[f"eval_{before}_{direction}"]
         assert abs(float(row[2]) - delta) < 0.006, (row, delta)
         assert 0 <= float(row[3]) <= 1 and 0 <= float(row[5].strip(" |")) <= 1, row
+
+
+def check_tracked(server: str, registry, path: Path, work: Path, evals: list[str]) -> None:
+    """The run as MLflow's client reads it back: the workdir's run, a nested run per step with
+    its settings, a curve per training, each stage's scores with their signatures."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=server)
+    recipe = build_recipe(read_yaml(path), registry, profile="smoke", source=str(path))
+    experiment = client.get_experiment_by_name(recipe.name)
+    runs = client.search_runs([experiment.experiment_id], max_results=5000)
+    where = str(work.resolve())
+    mine = [r for r in runs if r.data.tags.get("mtcore.workdir") == where]
+    assert len(mine) == 1 and mine[0].info.status == "FINISHED"
+    parent = mine[0].info.run_id
+    steps = {
+        r.data.tags["mtcore.step"]: r
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") == parent
+    }
+    assert set(steps) == set(recipe.steps)
+    assert all(r.info.status == "FINISHED" for r in steps.values())
+    trains = [s for s, spec in recipe.steps.items() if spec.kind == "train"]
+    for step_id in trains:
+        run = steps[step_id]
+        assert run.data.params["max_update"] == str(recipe.steps[step_id].plugin.config.max_update)
+        history = client.get_metric_history(run.info.run_id, "valid/loss")
+        updates = [m.step for m in history]
+        assert updates and updates == sorted(set(updates)), (step_id, updates)
+    for step_id in evals:
+        stage, direction = recipe.steps[step_id].plugin.stage(step_id)
+        for name, value in eval_metrics(work, step_id).items():
+            if isinstance(value, dict) and "signature" in value:
+                key = f"stage/{stage}/{direction}/{name}"
+                assert mine[0].data.metrics[key] == pytest.approx(value["score"]), key
+                assert steps[step_id].data.tags[f"signature.{name}"] == value["signature"]
+
+
+def check_page(work: Path, evals: list[str], shots: Path) -> None:
+    """report.html of the smoke run in Chromium: every section, no console error, every link
+    lands, each stage's score in the stage table, a curve per training, the funnel of each
+    clean step and its rejected samples with their scores."""
+    from .browser import SECTIONS, view_page
+
+    page = work / "report.html"
+    text = page.read_text(encoding="utf-8")
+    seen = view_page(page, shots)
+    assert seen.errors == [] and seen.broken_links == []
+    assert list(seen.sections) == list(SECTIONS)
+    assert all(0 <= top < 60 for top in seen.jumps.values()), seen.jumps  # a long page
+    for step_id in evals:
+        for value in eval_metrics(work, step_id).values():
+            if isinstance(value, dict) and "signature" in value:
+                assert f">{value['score']:.2f}</a>" in text, step_id
+    plan = json.loads((work / "plan.json").read_text(encoding="utf-8"))
+    for step in plan["steps"]:
+        assert f'id="step-{step["id"]}"' in text
+        if step["kind"] == "train":
+            assert f'id="curves-{step["id"]}"' in text
+    cleans = [s for s in plan["steps"] if s["kind"] == "clean"]
+    assert cleans and all(f'href="#step-{s["id"]}">{s["id"]}</a>:' in text for s in cleans)
+    scored = list(work.glob("steps/clean*/rejects/*.scores"))
+    assert scored, "no clean step kept the scores of its rejected pairs"
+    first = scored[0].read_text(encoding="utf-8").splitlines()[0]
+    assert first and all(float(part) == float(part) for part in first.split())
 
 
 def eval_metrics(work: Path, step_id: str) -> dict:

@@ -45,6 +45,9 @@ class CleanResult:
     pairs_out: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     rejects: dict[str, list[str]] = field(default_factory=dict)
+    reject_scores: dict[str, list[str]] = field(default_factory=dict)
+    """The score that rejected each sampled pair, as text (sides separated by spaces; empty
+    where the filter gives none: a stateful or ranked entry)."""
 
 
 def clean_corpus(
@@ -72,7 +75,7 @@ def clean_corpus(
             if ranked:  # written in a second pass, once every shard has its keys
                 _save_verdicts(verdict_store, number, final, result, ranked)
             else:
-                out.emit(raw, final)
+                out.emit(raw, final, result.rejected)
             bar.update(raw.count)
         if ranked:
             finals = _rank(verdict_store, specs, ranked, ctx.registry)
@@ -83,6 +86,7 @@ def clean_corpus(
         writer.lines,
         {spec.label: int(out.dropped[i]) for i, spec in enumerate(specs)},
         {spec.label: out.rejects[i] for i, spec in enumerate(specs)},
+        {spec.label: out.scores[i] for i, spec in enumerate(specs)},
     )
 
 
@@ -126,9 +130,15 @@ class _Output:
         self.writer = writer
         self.dropped = np.zeros(entries, dtype=np.int64)
         self.rejects: dict[int, list[str]] = {i: [] for i in range(entries)}
+        self.scores: dict[int, list[str]] = {i: [] for i in range(entries)}
         self.samples = samples
 
-    def emit(self, raw: RawBlock, final: np.ndarray) -> None:
+    def emit(
+        self,
+        raw: RawBlock,
+        final: np.ndarray,
+        scored: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> None:
         keep = final == KEPT
         self.writer.write_raw(
             [raw.kept_bytes(side, keep) for side in range(len(raw.raws))], int(keep.sum())
@@ -141,10 +151,17 @@ class _Output:
             room = self.samples - len(sample)
             if room <= 0:
                 continue
+            rows, values = (scored or {}).get(index, (np.empty(0, np.int64), None))
+            where = {int(r): i for i, r in enumerate(rows)}
             for row in np.flatnonzero(final == index)[:room]:
                 sample.append(
                     "\t".join(_line(raw, side, int(row)) for side in range(len(raw.raws)))
                 )
+                at = where.get(int(row))
+                shown = "" if at is None or values is None else " ".join(
+                    f"{v:.4g}" for v in values[at]
+                )  # fmt: skip
+                self.scores[index].append(shown)
 
 
 def _line(raw: RawBlock, side: int, row: int) -> str:

@@ -99,6 +99,13 @@ class ShardResult:
     prepared: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict)
     keys: dict[int, np.ndarray] = field(default_factory=dict)
     scores: dict[int, np.ndarray] = field(default_factory=dict)
+    rejected: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Per stateless filter, the first :data:`REJECTED_SCORES` rows it rejected in the shard
+    and their scores (a row per pair, a column per score): the run page and the clean step's
+    samples show why a pair was dropped."""
+
+
+REJECTED_SCORES = 256
 
 
 class Chain:
@@ -142,6 +149,8 @@ class Chain:
                     f"{len(alive)} pairs"
                 )
             verdicts[alive[~ok]] = index
+            if not ok.all():
+                _keep_rejected(result, index, alive, ok, scores)
             if keep is not None:
                 result.keys[index] = _keys(plugin, _take(scores, ok), alive[ok], n)
             alive = alive[ok]
@@ -176,6 +185,18 @@ def _score(plugin: Filter, block: TextBlock, rows: np.ndarray) -> Any:
             f"filter {plugin.name!r} returned {len(scores)} scores for {len(rows)} pairs"
         )
     return scores
+
+
+def _keep_rejected(
+    result: ShardResult, index: int, alive: np.ndarray, ok: np.ndarray, scores: Any
+) -> None:
+    bad = np.flatnonzero(~ok)[:REJECTED_SCORES]
+    try:
+        values = _as_score_array(_take(scores, np.isin(np.arange(len(ok)), bad)), "")
+    except PluginError:  # scores that are not numbers: the sample shows no score
+        return
+    if values.shape[0] == len(bad):
+        result.rejected[index] = (alive[bad], values)
 
 
 def _keys(plugin: Filter, scores: Any, rows: np.ndarray, n: int) -> np.ndarray:

@@ -242,6 +242,18 @@ def plan(
     help="Also run the recipe without these steps (repeatable: one variant each) and write "
     "ablation.md with each variant's score differences.",
 )
+@click.option(
+    "--track",
+    default=None,
+    is_flag=False,
+    flag_value="",
+    metavar="[URI]",
+    help="Log the run to MLflow: to URI (http://host:5000, sqlite:///file.db), else to "
+    "MLFLOW_TRACKING_URI, else to WORKDIR/mlflow.db. A resumed run continues its runs.",
+)
+@click.option(
+    "--experiment", default=None, metavar="NAME", help="MLflow experiment (default: the recipe)."
+)
 def run(
     recipe: Path,
     profile: str | None,
@@ -253,6 +265,8 @@ def run(
     slots: str | None,
     keep_going: bool,
     ablations: tuple[str, ...],
+    track: str | None,
+    experiment: str | None,
 ) -> None:
     """Run a recipe: ready steps run side by side where their resources allow; completed
     steps are reused, a killed run resumes."""
@@ -265,6 +279,12 @@ def run(
     registry, loaded, hooks = _load(recipe, profile, sets)
     _name_lock_file(recipe)
     target = _workdir(loaded, workdir)
+    if track is not None:
+        from mtcore.run.tracking import TRACKER, MlflowTracker
+
+        hooks.register(MlflowTracker(track or None, experiment, registry=registry), name=TRACKER)
+    elif experiment is not None:
+        raise click.UsageError("--experiment names an MLflow experiment: add --track")
     if ablations:
         if until is not None:
             raise click.UsageError("--ablate runs whole recipes; leave out --until")
@@ -304,6 +324,7 @@ def run(
             if isinstance(value, dict) and "signature" in value:
                 click.echo(f"        {name} = {value['score']:.2f}  {value['signature']}")
     click.echo(f"report: {target / 'report.md'}")
+    click.echo(f"page: {target / 'report.html'}")
 
 
 @contextmanager
@@ -391,6 +412,26 @@ def compare(
     out = write_comparison(workdir, "compare", title, variants)
     click.echo(out.read_text(encoding="utf-8"))
     click.echo(f"comparison: {out}")
+
+
+@cli.command()
+@click.argument("workdir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--label", default=None, metavar="NAME", help="A variant's page (mtcore compare, --ablate)."
+)
+@click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser.")
+def report(workdir: Path, label: str | None, open_page: bool) -> None:
+    """Rebuild WORKDIR's run page (report.html) from what is on disk: at any time, also while
+    a run is going on (steps running show their curves so far)."""
+    from mtcore.run.page import write_page
+
+    path = write_page(workdir, load_registry(), label)
+    click.echo(f"page: {path}")
+    if open_page:
+        import webbrowser
+
+        if not webbrowser.open(path.resolve().as_uri()):
+            click.echo("no web browser found: open the file above yourself", err=True)
 
 
 @cli.command()

@@ -17,6 +17,11 @@ class LifecycleSpec:
         """A recipe was loaded and validated, before planning."""
 
     @hookspec
+    def mtcore_run_started(self, recipe: Any, workdir: Any, plan: Any, label: str | None) -> None:
+        """A run holds ``workdir`` and is about to start its ``plan`` (a list of
+        ``PlannedStep``, dependencies first); ``label`` as for ``mtcore_run_finished``."""
+
+    @hookspec
     def mtcore_step_started(self, step_id: str, kind: str, step_hash: str) -> None:
         """A step is about to run (not called for a step found complete in the cache)."""
 

@@ -202,6 +202,15 @@ class Step(Plugin[ConfigT]):
         nothing to say. Called from the display's thread while the step runs: read only."""
         return ""
 
+    @classmethod
+    def curves(cls, folder: Path) -> dict[str, list[tuple[int, float]]]:
+        """Training curves read from a step's folder (its output directory, or its working
+        directory while it runs): metric name (``train/loss``, ``valid/bleu``, ``train/lr``) to
+        (update, value) points sorted by update, one point per update even where a killed
+        training resumed. The run page draws them and trackers log them. Empty by default;
+        read only, called from other threads while the step runs."""
+        return {}
+
     def for_new_text(self, finished: Path) -> tuple[Step[Any], tuple[str, ...]]:
         """This step as ``mtcore translate`` replays it on new text, given its output directory
         in the finished run. A step that learns from other inputs on the way (rerank: weights

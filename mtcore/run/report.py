@@ -1,5 +1,6 @@
 """``report.md`` in the workdir: what ran, what was cached, counts, timings and scores; the
-scores again as a table per direction and, when matplotlib is installed, ``scores.png``."""
+scores again as a table per direction and, when matplotlib is installed, ``scores.png``. The
+run page, ``report.html``, is :mod:`mtcore.run.page`'s; the same hook writes both."""
 
 from __future__ import annotations
 
@@ -234,4 +235,8 @@ class ReportWriter:
 
     @hookimpl
     def mtcore_run_finished(self, recipe: Recipe, result: RunResult, label: str | None) -> None:
+        from mtcore.contracts.registry import load_registry
+        from mtcore.run.page import write_page
+
         write_report(recipe, result, label)
+        write_page(result.workdir, load_registry(), label, result, running=False)

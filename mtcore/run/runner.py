@@ -154,6 +154,10 @@ class Runner:
         self._index = ContentIndex(self.workdir / "steps")
         with workdir_lock(self.workdir), run_log(self.workdir) as log_file:
             self._write_resolved()
+            self._write_plan(plan)
+            self.hooks.hook.mtcore_run_started(
+                recipe=self.recipe, workdir=self.workdir, plan=plan, label=self.label
+            )
             result = RunResult(self.workdir, log_file=log_file)
             Driver(self, plan, result).run()
             order = {p.id: i for i, p in enumerate(plan)}
@@ -182,6 +186,15 @@ class Runner:
         text = yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
         name = self.recipe.name if self.label is None else self.label
         (self.workdir / f"{name}.resolved.yaml").write_text(text, encoding="utf-8")
+
+    def _write_plan(self, plan: list[PlannedStep]) -> None:
+        """``plan.json``, what the run page (:mod:`mtcore.run.page`) and ``mtcore report`` read
+        to show every step of the run, those not yet run included."""
+        from mtcore.run.driver import step_needs
+        from mtcore.run.page import write_plan
+
+        needs = {p.id: step_needs(self, p).describe() for p in plan}
+        write_plan(self.workdir, self.recipe, plan, needs, self.label)
 
     def _reuse(self, planned: PlannedStep, key: str) -> dict[str, Any] | None:
         """Early cutoff (:mod:`mtcore.run.cache`): the manifest of a complete step with content key

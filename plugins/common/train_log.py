@@ -91,3 +91,48 @@ def _json_record(line: str) -> tuple[str, dict[str, Any]]:
         return match.group(1), json.loads(match.group(2))
     except json.JSONDecodeError:
         return "", {}
+
+
+CURVE_KEYS = {
+    "train_inner": ("loss", "nll_loss", "ppl", "lr", "gnorm", "wps"),
+    "train": ("train_loss",),
+    "valid": ("valid_loss", "valid_nll_loss", "valid_ppl", "valid_bleu"),
+}
+CURVE_PREFIX = {"train_inner": "train", "train": "epoch", "valid": "valid"}
+
+
+def parse_curves(log: Path) -> dict[str, list[tuple[int, float]]]:
+    """Training curves from fairseq's JSON records, each a list of (update, value) sorted by
+    update: ``train/loss``, ``train/lr``, ... (``train_inner``, every ``log_interval``
+    updates), ``epoch/loss`` (an epoch's average, at its end) and ``valid/loss``,
+    ``valid/bleu``, ... (every validation). A training killed and resumed from its last
+    checkpoint logs some updates twice (the killed run's records, then the resumed run's from
+    the checkpoint on): the later record of an update wins, so the curve is one line without
+    duplicated points."""
+    if not log.exists():
+        return {}
+    points: dict[str, dict[int, float]] = {}
+    with open(log, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            kind, record = _json_record(line)
+            keys = CURVE_KEYS.get(kind)
+            if not keys:
+                continue
+            step = record.get(
+                "num_updates", record.get("valid_num_updates", record.get("train_num_updates"))
+            )
+            try:
+                update = int(float(step))
+            except (TypeError, ValueError):
+                continue
+            prefix = CURVE_PREFIX[kind]
+            for key in keys:
+                if key not in record:
+                    continue
+                try:
+                    value = float(record[key])
+                except (TypeError, ValueError):
+                    continue
+                name = f"{prefix}/{key.removeprefix(kind + '_')}"
+                points.setdefault(name, {})[update] = value
+    return {name: sorted(found.items()) for name, found in points.items()}

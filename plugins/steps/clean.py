@@ -43,7 +43,8 @@ class CleanConfig(PluginConfig):
 
 class CleanStep(Step[CleanConfig]):
     """Outputs the kept pairs (``corpus``) and, per filter, a sample of the pairs it dropped
-    (``rejects/<filter>.tsv``); the manifest counts pairs in, out and dropped per filter.
+    (``rejects/<filter>.tsv``, with the score that rejected each in ``rejects/<filter>.scores``
+    where the filter has one); the manifest counts pairs in, out and dropped per filter.
     Inputs other than ``corpus`` are resources for filters (a language model, a test set to
     exclude), which name the input role in their settings."""
 
@@ -67,6 +68,10 @@ class CleanStep(Step[CleanConfig]):
         for label, lines in result.rejects.items():
             with open(folder / f"{label}.tsv", "w", encoding="utf-8", newline="\n") as handle:
                 handle.writelines(line + "\n" for line in lines)
+            scores = result.reject_scores.get(label, [])
+            if any(scores):  # line i: the score that rejected pair i of <label>.tsv
+                with open(folder / f"{label}.scores", "w", encoding="utf-8") as handle:
+                    handle.writelines(score + "\n" for score in scores)
 
 
 def _name(entry: dict[str, Any] | str) -> str:

@@ -35,7 +35,13 @@ from mtcore_plugins.common.checkpoints import (
     select_checkpoints,
 )
 from mtcore_plugins.common.train_config import TrainConfig
-from mtcore_plugins.common.train_log import LOADED, live_line, parse_train_log, training_done
+from mtcore_plugins.common.train_log import (
+    LOADED,
+    live_line,
+    parse_curves,
+    parse_train_log,
+    training_done,
+)
 
 ENTRY = "mtcore_plugins.common.fairseq_entry"
 __all__ = ["LOADED", "TrainConfig", "TrainStep", "parse_train_log", "repair_last_checkpoint"]
@@ -66,6 +72,10 @@ class TrainStep(Step[TrainConfig]):
     def work(self) -> dict[str, float]:
         c = self.config
         return {"tokens": float(c.max_update * c.max_tokens * c.update_freq)}
+
+    @classmethod
+    def curves(cls, folder: Path) -> dict[str, list[tuple[int, float]]]:
+        return parse_curves(folder / "model" / "train.log")
 
     def live(self, work: Path) -> str:
         return live_line(work / "model" / "train.log", self.config.max_update)

@@ -31,7 +31,12 @@ from mtcore.api import (
     write_artifact_meta,
 )
 from mtcore_plugins.common.spm import load_spm
-from mtcore_plugins.common.train_log import live_line, parse_train_log, training_done
+from mtcore_plugins.common.train_log import (
+    live_line,
+    parse_curves,
+    parse_train_log,
+    training_done,
+)
 
 ENTRY = "mtcore_plugins.common.lm_entry"
 
@@ -71,6 +76,10 @@ class TrainLMStep(Step[TrainLMConfig]):
 
     def work(self) -> dict[str, float]:
         return {"tokens": float(self.config.max_update * self.config.max_tokens)}
+
+    @classmethod
+    def curves(cls, folder: Path) -> dict[str, list[tuple[int, float]]]:
+        return parse_curves(folder / "model" / "train.log")
 
     def live(self, work: Path) -> str:
         return live_line(work / "model" / "train.log", self.config.max_update)
