@@ -137,7 +137,13 @@ def output_hashes(workdir: Path) -> dict[str, dict[str, str]]:
     return {m["id"]: m["outputs"] for m in manifests}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# CI's slow tier keeps Ctrl-C; SIGTERM (the same path, entered by the signal handler that raises
+# KeyboardInterrupt) runs in make test-long, to keep CI under its hour with issue 50's tests.
+@pytest.mark.parametrize(
+    "sig",
+    [pytest.param(signal.SIGTERM, marks=pytest.mark.long), signal.SIGINT],
+    ids=["SIGTERM", "SIGINT"],
+)
 def test_sigterm_and_ctrl_c_stop_promptly_and_the_run_resumes(tmp_path, sig):
     """Stopped mid-training, the run exits within seconds with a message that says how to
     resume, leaves no process behind (trainer, zygote, pool workers), and the rerun resumes the

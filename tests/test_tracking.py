@@ -63,7 +63,7 @@ def test_a_killed_and_resumed_training_logs_one_continuous_curve(
     recipe.write_text(yaml.safe_dump(doc, allow_unicode=True))
     work = tmp_path / "work"
     command = [*MTCORE, "run", str(recipe), "-w", str(work), "-q", "--track", mlflow_server,
-               "--experiment", "killed"]  # fmt: skip
+               "--experiment", "killed", "--tensorboard"]  # fmt: skip
     env = {**os.environ, "MTCORE_TRACKING_POLL": "0.3"}
     client = MlflowClient(tracking_uri=mlflow_server)
     proc = subprocess.Popen(
@@ -121,6 +121,15 @@ def test_a_killed_and_resumed_training_logs_one_continuous_curve(
     scores = json.loads(next(work.glob("steps/evaluate-*/manifest.json")).read_text())["metrics"]
     assert evaluate.data.metrics["score/BLEU"] == pytest.approx(scores["BLEU"]["score"])
     assert evaluate.data.tags["signature.BLEU"] == scores["BLEU"]["signature"]
+
+    # fairseq's TensorBoard files, one folder per training, read back by TensorBoard's reader
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    boards = EventMultiplexer().AddRunsFromDirectory(str(work / "tensorboard")).Reload()
+    scalars = {run: tags["scalars"] for run, tags in boards.Runs().items()}
+    assert "train/train_inner" in scalars and "loss" in scalars["train/train_inner"], scalars
+    steps = {e.step for e in boards.Scalars("train/train_inner", "loss")}
+    assert steps >= set(range(5, 201, 5))
 
     # a third run finds every step complete: nothing is logged again
     third = subprocess.run(command, env=env, capture_output=True, text=True)

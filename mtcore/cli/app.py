@@ -254,6 +254,15 @@ def plan(
 @click.option(
     "--experiment", default=None, metavar="NAME", help="MLflow experiment (default: the recipe)."
 )
+@click.option(
+    "--tensorboard",
+    default=None,
+    is_flag=False,
+    flag_value="",
+    metavar="[DIR]",
+    help="TensorBoard event files from every training (fairseq's own logging), a folder per "
+    "step in DIR (default: WORKDIR/tensorboard).",
+)
 def run(
     recipe: Path,
     profile: str | None,
@@ -267,6 +276,7 @@ def run(
     ablations: tuple[str, ...],
     track: str | None,
     experiment: str | None,
+    tensorboard: str | None,
 ) -> None:
     """Run a recipe: ready steps run side by side where their resources allow; completed
     steps are reused, a killed run resumes."""
@@ -285,6 +295,13 @@ def run(
         hooks.register(MlflowTracker(track or None, experiment, registry=registry), name=TRACKER)
     elif experiment is not None:
         raise click.UsageError("--experiment names an MLflow experiment: add --track")
+    if tensorboard is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise click.UsageError("--tensorboard needs TensorBoard: pip install tensorboard")
+        folder = Path(tensorboard) if tensorboard else target / "tensorboard"
+        os.environ["MTCORE_TENSORBOARD"] = str(folder.resolve())  # the trainings read it
     if ablations:
         if until is not None:
             raise click.UsageError("--ablate runs whole recipes; leave out --until")

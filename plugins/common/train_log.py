@@ -3,7 +3,9 @@ progress line, and the summary the ``train`` and ``train_lm`` steps record."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -136,3 +138,23 @@ def parse_curves(log: Path) -> dict[str, list[tuple[int, float]]]:
                 name = f"{prefix}/{key.removeprefix(kind + '_')}"
                 points.setdefault(name, {})[update] = value
     return {name: sorted(found.items()) for name, found in points.items()}
+
+
+TENSORBOARD_ENV = "MTCORE_TENSORBOARD"
+"""The folder that ``mtcore run --tensorboard`` gives fairseq for TensorBoard event files."""
+
+
+def tensorboard_args(step_id: str) -> list[str]:
+    """``--tensorboard-logdir DIR/<step id>`` (fairseq's own TensorBoard logging: every
+    ``train_inner``, ``train`` and ``valid`` record as scalars) when ``$MTCORE_TENSORBOARD``
+    names DIR; nothing otherwise. The event files live outside the step's folder, so they are
+    no part of its outputs; a resumed training adds a file to the same folder."""
+    folder = os.environ.get(TENSORBOARD_ENV)
+    if not folder:
+        return []
+    if importlib.util.find_spec("tensorboard") is None:
+        raise ImportError(
+            f"{TENSORBOARD_ENV} is set but the tensorboard package is not installed "
+            "(pip install tensorboard)"
+        )
+    return ["--tensorboard-logdir", str(Path(folder) / step_id)]

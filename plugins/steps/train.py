@@ -40,6 +40,7 @@ from mtcore_plugins.common.train_log import (
     live_line,
     parse_curves,
     parse_train_log,
+    tensorboard_args,
     training_done,
 )
 
@@ -96,6 +97,7 @@ class TrainStep(Step[TrainConfig]):
             if repair_last_checkpoint(save_dir):
                 ctx.stats.add("train.repaired_checkpoint_last")
             cmd = self.command(data.path, data.meta, save_dir, start, models)
+            cmd += tensorboard_args(ctx.step_id)
             # one CPU process: a warm fork; several (torch.distributed), or CUDA (a fork of a
             # process that may have touched the driver), start cold
             warm = self.config.distributed_world_size == 1 and self._gpus == 0

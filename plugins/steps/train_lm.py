@@ -35,6 +35,7 @@ from mtcore_plugins.common.train_log import (
     live_line,
     parse_curves,
     parse_train_log,
+    tensorboard_args,
     training_done,
 )
 
@@ -95,6 +96,7 @@ class TrainLMStep(Step[TrainLMConfig]):
                 self._binarize(ctx, ctx.scratch("data"))
                 (data / BINARIZED).touch()
             cmd = self.command(data, save_dir, "valid" in ctx.inputs)
+            cmd += tensorboard_args(ctx.step_id)
             import torch  # a warm fork on CPU only: CUDA in a fork of a used driver fails
 
             run_logged(cmd, log, "fairseq-train", warm=not torch.cuda.is_available())
