@@ -26,7 +26,8 @@ install)
         apt-get update -qq 9>&- && break
         sleep 5
     done
-    apt-get install -y -qq -o DPkg::Lock::Timeout=600 chromium 9>&- >/dev/null
+    # with a Japanese font, or the screenshots show Japanese and Chinese pairs as boxes
+    apt-get install -y -qq -o DPkg::Lock::Timeout=600 chromium fonts-ipafont-gothic 9>&- >/dev/null
     installed
     ;;
 *)

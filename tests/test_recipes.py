@@ -334,7 +334,8 @@ def check_tracked(server: str, registry, path: Path, work: Path, evals: list[str
 
 def check_page(work: Path, evals: list[str], shots: Path) -> None:
     """report.html of the smoke run in Chromium: every section, no console error, every link
-    lands, each stage's score in the stage table, a curve per training, the funnel of each
+    lands, each stage's score and the p-value of each change in the stage table, a curve per
+    training, the funnel of each
     clean step and its rejected samples with their scores."""
     from .browser import SECTIONS, view_page
 
@@ -349,6 +350,14 @@ def check_page(work: Path, evals: list[str], shots: Path) -> None:
             if isinstance(value, dict) and "signature" in value:
                 assert f">{value['score']:.2f}</a>" in text, step_id
     plan = json.loads((work / "plan.json").read_text(encoding="utf-8"))
+    # a p-value (paired bootstrap) for each change of BLEU and chrF from one stage to the next
+    directions: dict[str, int] = {}
+    for step in plan["steps"]:
+        if step["stage"]:
+            directions[step["stage"][1]] = directions.get(step["stage"][1], 0) + 1
+    p_values = [float(p) for p in re.findall(r'class="p">p=([0-9.]+)', text)]
+    assert len(p_values) == 2 * sum(n - 1 for n in directions.values())
+    assert all(0 <= p <= 1 for p in p_values)
     for step in plan["steps"]:
         assert f'id="step-{step["id"]}"' in text
         if step["kind"] == "train":

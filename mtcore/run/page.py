@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import html
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtcore.contracts.errors import MtcoreError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
@@ -430,7 +433,93 @@ def _scores(steps: list[StepView]) -> list[_Score]:
     return rows
 
 
-def stage_section(data: PageData) -> str:
+def _texts(workdir: Path, ref: dict[str, str], lang: str | None = None) -> list[str]:
+    from mtcore.data.corpus import Corpus
+
+    corpus = Corpus.open(workdir / "steps" / f"{ref['step']}-{ref['hash']}" / ref["output"])
+    column = corpus.langs.index(lang) if lang else 0
+    return [pair[column] for pair in corpus]
+
+
+def _paired_test(
+    workdir: Path, registry: Registry, old: dict[str, Any], new: dict[str, Any]
+) -> dict[str, float]:
+    """sacrebleu's paired bootstrap resampling (Koehn 2004; 1,000 samples, sacrebleu's fixed
+    seed) of two evaluate steps on the same references: metric -> p-value of the change, for
+    the metrics that have a paired test (their plugin's ``sacrebleu``)."""
+    from sacrebleu.significance import PairedTest
+
+    from mtcore.system.metrics import build_metrics
+
+    if old["inputs"].get("ref") != new["inputs"].get("ref") or "hyp" not in old["inputs"]:
+        return {}
+    scored = [v for v in new["metrics"].values() if isinstance(v, dict) and "direction" in v]
+    if not scored:
+        return {}
+    lang = str(scored[0]["direction"]).split("-")[-1]
+    metrics: dict[str, Any] = {}
+    for metric in build_metrics(registry, new.get("config", {}).get("metrics", [])):
+        name = getattr(metric, "score_name", None)
+        if hasattr(metric, "sacrebleu") and name in new["metrics"]:
+            metrics[str(name)] = metric.sacrebleu(lang)
+    if not metrics:
+        return {}
+    refs = _texts(workdir, new["inputs"]["ref"], lang)
+    systems: list[tuple[str, Any]] = [
+        ("a", _texts(workdir, old["inputs"]["hyp"])),
+        ("b", _texts(workdir, new["inputs"]["hyp"])),
+    ]
+    if systems[0][1] == systems[1][1]:
+        # the same output (a stage that changed nothing): no change to test; sacrebleu's
+        # bootstrap would give such a pair its smallest p-value, 1/1001
+        return dict.fromkeys(metrics, 1.0)
+    _, results = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=1000)()
+    pairs = [pair for name, pair in results.items() if name != "System"]
+    found = {}
+    for name, (_, second) in zip(metrics, pairs, strict=True):
+        p_value = getattr(second, "p_value", None)
+        if p_value is not None:
+            found[name] = float(p_value)
+    return found
+
+
+def significance(data: PageData, registry: Registry) -> dict[tuple[str, str], float]:
+    """(step, metric) -> p-value of its change from the stage above it in the same direction,
+    for finished stage steps; cached in ``.page/significance.json`` by the two steps' folders."""
+    cache_path = data.workdir / ".page" / "significance.json"
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        cache = {}
+    found: dict[tuple[str, str], float] = {}
+    last: dict[str, StepView] = {}
+    changed = False
+    for view in data.steps:
+        if view.stage is None or not view.manifest:
+            continue
+        before = last.get(view.stage[1])
+        last[view.stage[1]] = view
+        if before is None:
+            continue
+        key = f"{before.dir}:{view.dir}"
+        if key not in cache:
+            try:
+                cache[key] = _paired_test(data.workdir, registry, before.manifest, view.manifest)
+            except (MtcoreError, OSError, ValueError, KeyError) as exc:
+                log.info(
+                    "run page: no significance test of %s against %s: %s", view.id, before.id, exc
+                )
+                cache[key] = {}
+            changed = True
+        for metric, p_value in cache[key].items():
+            found[(view.id, metric)] = p_value
+    if changed:
+        cache_path.parent.mkdir(exist_ok=True)
+        cache_path.write_text(json.dumps(cache), encoding="utf-8")
+    return found
+
+
+def stage_section(data: PageData, p_values: dict[tuple[str, str], float] | None = None) -> str:
     rows = [r for r in _scores(data.steps) if any(s.id == r.step and s.stage for s in data.steps)]
     if not rows:
         rows = _scores(data.steps)
@@ -458,15 +547,21 @@ def stage_section(data: PageData) -> str:
                 change = row.score - before.score
                 css = "up" if change > 0 else ("down" if change < 0 else "")
                 text += f' <span class="{css}">({change:+.2f})</span>'
+                p_value = (p_values or {}).get((row.step, row.metric))
+                if p_value is not None:
+                    mark = "*" if p_value < 0.05 else ""
+                    text += f' <span class="p">p={p_value:.3f}{mark}</span>'
             cells.append(f'<td class="num">{text}</td>')
         body.append(f"<tr><th>{_e(stage)}</th>{''.join(cells)}</tr>")
     signatures = dict.fromkeys((r.metric, r.signature) for r in rows)
     sigs = "".join(f"<li><b>{_e(m)}</b>: <code>{_e(s)}</code></li>" for m, s in signatures)
     return (
         f'<table class="stages"><tr><th>stage</th>{head}</tr>{"".join(body)}</table>'
-        '<p class="note">Each cell: the score, then its change from the stage above. '
-        "Paired bootstrap significance of each change: "
-        "<code>scripts/stage_significance.py RECIPE -w WORKDIR</code>.</p>"
+        '<p class="note">Each cell: the score, its change from the stage above and the '
+        "p-value of that change by sacrebleu's paired bootstrap resampling (1,000 samples; "
+        "* below 0.05), where the two stages share their references and the metric has a "
+        "paired test. Against an ablated variant: "
+        "<code>scripts/stage_significance.py RECIPE -w WORKDIR --ablate STEP</code>.</p>"
         f'<ul class="sigs">{sigs}</ul>'
     )
 
@@ -561,6 +656,8 @@ def rejects_section(data: PageData) -> str:
         for key, dropped in view.manifest["counts"].items():
             if not key.startswith("dropped."):
                 continue
+            if not dropped:
+                continue
             name = key[len("dropped.") :]
             rows = _reject_rows(view.folder, name)
             anchor = f"rejects-{_anchor(view.id)[5:]}-{name}"
@@ -654,7 +751,8 @@ section{margin-top:18px;scroll-margin-top:40px}
 h2{border-bottom:2px solid #264478;padding-bottom:2px}
 table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding:3px 6px;
 vertical-align:top;text-align:left} .num{text-align:right;white-space:nowrap}
-.up{color:#2a7d2a} .down{color:#c03030} .note{color:#555;font-size:12px}
+.p{color:#555;font-size:11px} .up{color:#2a7d2a} .down{color:#c03030}
+.note{color:#555;font-size:12px}
 .counts{font-size:12px;max-width:420px} .rejects td{max-width:520px;font-size:12px}
 .chart{margin:4px 10px 4px 0;background:#fff} .chart .title{font-size:12px;font-weight:600}
 .tick{font-size:10px;fill:#444} .legend{font-size:11px} .frame{fill:none;stroke:#999}
@@ -674,7 +772,7 @@ SECTIONS = (
 )
 
 
-def render_page(data: PageData) -> str:
+def render_page(data: PageData, p_values: dict[tuple[str, str], float] | None = None) -> str:
     counts: dict[str, int] = {}
     for view in data.steps:
         counts[view.status] = counts.get(view.status, 0) + 1
@@ -685,7 +783,7 @@ def render_page(data: PageData) -> str:
     title = data.recipe + (f" ({data.label})" if data.label else "")
     summary = ", ".join(f"{n} {status}" for status, n in counts.items())
     bodies = {
-        "stages": stage_section(data),
+        "stages": stage_section(data, p_values),
         "curves": curves_section(data),
         "funnel": funnel_section(data),
         "rejects": rejects_section(data),
@@ -721,6 +819,6 @@ def write_page(
     data = collect(workdir, registry, label, result, running)
     path = page_file(workdir, label)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(render_page(data), encoding="utf-8")
+    tmp.write_text(render_page(data, significance(data, registry)), encoding="utf-8")
     tmp.replace(path)
     return path

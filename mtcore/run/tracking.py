@@ -91,6 +91,8 @@ class MlflowTracker:
             raise MtcoreError(
                 "tracking needs MLflow: pip install 'mlflow>=3' (or run without --track)"
             ) from None
+        for name in ("mlflow", "alembic"):  # their INFO lines (creating tables) are not ours
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = uri
         self.experiment = experiment
         if poll_seconds is None:
