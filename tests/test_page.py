@@ -74,7 +74,8 @@ def workdir_mid_run(work: Path) -> Path:
     )
     clean = work / "steps" / "clean-aaa"
     (clean / "rejects").mkdir(parents=True)
-    counts = {"pairs_in": 1000, "dropped.length": 100, "dropped.langid": 50, "pairs_out": 850}
+    counts = {"pairs_in": 1000, "dropped.length": 100, "dropped.langid": 50, "dropped.dedup": 0,
+              "pairs_out": 850}  # fmt: skip
     manifest = {"id": "clean", "kind": "clean", "counts": counts, "metrics": {}, "seconds": 2.5,
                 "files": {"corpus/corpus.en": [4000, 0]}}  # fmt: skip
     (clean / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")

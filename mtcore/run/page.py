@@ -219,8 +219,13 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _anchor(step_id: str) -> str:
-    return "step-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in step_id)
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+def _anchor(step_id: str, section: str = "step") -> str:
+    """The id of a step's row (``step-<id>``) or of its block in another section."""
+    return f"{section}-{_slug(step_id)}"
 
 
 def _nice(value: float) -> str:
@@ -585,7 +590,7 @@ def curves_section(data: PageData) -> str:
         )
         state = "" if view.status != "running" else " (running: so far)"
         parts.append(
-            f'<div class="model" id="curves-{_anchor(view.id)[5:]}"><h3><a href="#'
+            f'<div class="model" id="{_anchor(view.id, "curves")}"><h3><a href="#'
             f'{_anchor(view.id)}">{_e(view.id)}</a>{state}</h3>{charts}</div>'
         )
     return "".join(parts) or "<p>No training has logged a curve yet.</p>"
@@ -614,7 +619,8 @@ def funnel_section(data: PageData) -> str:
             if key.startswith("dropped."):
                 left -= float(value)
                 name = key[len("dropped.") :]
-                rows.append((f"after {name}", left, f"rejects-{_anchor(view.id)[5:]}-{name}"))
+                target = f"{_anchor(view.id, 'rejects')}-{_slug(name)}" if value else ""
+                rows.append((f"after {name}", left, target))  # linked to what it dropped
         rows.append(("out", float(counts["pairs_out"]), ""))
         kept = 100.0 * counts["pairs_out"] / max(counts["pairs_in"], 1)
         parts.append(
@@ -660,7 +666,7 @@ def rejects_section(data: PageData) -> str:
                 continue
             name = key[len("dropped.") :]
             rows = _reject_rows(view.folder, name)
-            anchor = f"rejects-{_anchor(view.id)[5:]}-{name}"
+            anchor = f"{_anchor(view.id, 'rejects')}-{_slug(name)}"
             if not rows:
                 parts.append(
                     f'<h3 id="{_e(anchor)}">{_e(view.id)} / {_e(name)}: {dropped:,} '
@@ -713,7 +719,7 @@ def steps_section(data: PageData) -> str:
             cache += " (resumed)"
         link = ""
         if view.curves:
-            link = f' <a href="#curves-{_anchor(view.id)[5:]}">curves</a>'
+            link = f' <a href="#{_anchor(view.id, "curves")}">curves</a>'
         rows.append(
             f'<tr id="{_anchor(view.id)}"><td><code>{_e(view.id)}</code>{link}</td>'
             f"<td>{_e(view.kind)}</td>"
