@@ -35,6 +35,24 @@ def test_the_default_store_is_a_database_in_the_workdir(tmp_path, monkeypatch) -
     assert tracking_uri(tmp_path, "sqlite:///x.db") == "sqlite:///x.db"
 
 
+def test_an_unreachable_server_is_a_clear_error_before_any_step(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "nt5.yaml"
+    work = tmp_path / "work"
+    command = [*MTCORE, "run", str(recipe), "-p", "smoke", "-w", str(work), "-q",
+               "--track", f"http://127.0.0.1:{port}"]  # fmt: skip
+    started = time.time()
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 1 and time.time() - started < 60
+    assert f"MLflow at http://127.0.0.1:{port} cannot be used" in done.stderr
+    assert "start the server or run without --track" in done.stderr
+    assert not list(work.glob("steps/*/manifest.json"))  # no step ran
+
+
 def train_runs(client, experiment: str) -> list:
     found = client.get_experiment_by_name(experiment)
     if found is None:

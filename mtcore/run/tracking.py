@@ -16,11 +16,13 @@ without gaps or duplicated points. A step found complete in the cache is logged 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +74,21 @@ def metric_key(text: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in text)
 
 
+def _guarded(method: Callable[..., None]) -> Callable[..., None]:
+    """A hook that logs: a failure to reach the store is a warning in the run log, never a
+    failed step (its output is fine); what was not logged is logged by the next run."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:
+            log.warning("tracking: %s failed (%s: %s); the run goes on", method.__name__,
+                        type(exc).__name__, str(exc)[:300])  # fmt: skip
+
+    return call
+
+
 class MlflowTracker:
     """The tracker plugin: registered on a run's hook manager by ``mtcore run --track``
         (:func:`mtcore.run.hooks.make_plugin_manager`'s ``tracking``). Curves of running trainings
@@ -117,12 +134,31 @@ class MlflowTracker:
     def mtcore_run_started(
         self, recipe: Recipe, workdir: Path, plan: list[PlannedStep], label: str | None
     ) -> None:
+        uri = tracking_uri(workdir, self.uri)
+        try:
+            if uri.startswith(("http://", "https://")):
+                _reachable(uri)  # MLflow's client would retry for minutes
+            self._open(recipe, workdir, plan, label, uri)
+        except MtcoreError:
+            raise
+        except Exception as exc:  # the store cannot be reached: say so before any step runs
+            raise MtcoreError(
+                f"tracking: MLflow at {uri} cannot be used ({type(exc).__name__}: "
+                f"{str(exc)[:300]}); start the server or run without --track"
+            ) from None
+        self._stop.clear()
+        self._poller = threading.Thread(target=self._poll, name="mtcore-tracking", daemon=True)
+        self._poller.start()
+
+    def _open(
+        self, recipe: Recipe, workdir: Path, plan: list[PlannedStep], label: str | None, uri: str
+    ) -> None:
         from mlflow import MlflowClient
 
         with self.lock:
             self.workdir = workdir
             self.plan = {p.id: p for p in plan}
-            self.client = MlflowClient(tracking_uri=tracking_uri(workdir, self.uri))
+            self.client = MlflowClient(tracking_uri=uri)
             name = self.experiment or recipe.name
             found = self.client.get_experiment_by_name(name)
             experiment = found.experiment_id if found else self.client.create_experiment(name)
@@ -153,11 +189,9 @@ class MlflowTracker:
                 self._params(parent, params)
             self.parent = parent
             self._find_children()
-        self._stop.clear()
-        self._poller = threading.Thread(target=self._poll, name="mtcore-tracking", daemon=True)
-        self._poller.start()
 
     @hookimpl
+    @_guarded
     def mtcore_step_started(self, step_id: str, kind: str, step_hash: str) -> None:
         planned = self.plan.get(step_id)
         if planned is None or self.parent is None:
@@ -168,6 +202,7 @@ class MlflowTracker:
             self.running[step_id] = kind
 
     @hookimpl
+    @_guarded
     def mtcore_step_finished(self, step_id: str, kind: str, manifest: dict[str, Any]) -> None:
         planned = self.plan.get(step_id)
         if planned is None or self.parent is None or self.workdir is None:
@@ -182,6 +217,7 @@ class MlflowTracker:
             self.finished.add(planned.dirname)
 
     @hookimpl
+    @_guarded
     def mtcore_run_finished(self, recipe: Recipe, result: RunResult, label: str | None) -> None:
         if self.parent is None:
             return
@@ -360,6 +396,14 @@ class MlflowTracker:
                 folder = self.workdir / "steps" / ".partial" / planned.dirname
                 if folder.exists():
                     self._log_curves(self.children[planned.dirname], kind, folder)
+
+
+def _reachable(uri: str) -> None:
+    """A tracking server answers its health check within seconds."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10) as answer:
+        answer.read()
 
 
 def _quote(text: str) -> str:
