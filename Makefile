@@ -26,7 +26,8 @@ test-slow: setup
 # Slow tests past CI's budget (about 35 minutes on 2 workers): the every-team WMT score sweep,
 # the Yishu, Xiaomi and HW-TSC paper-graph rehearsals, Xiaomi's and HW-TSC's default-profile runs, the kill sweeps
 # of Yishu, Xiaomi and HW-TSC, Yishu's smoke profile on Slurm and on two Ray nodes, the SIGTERM stop
-# test (the slow tier keeps Ctrl-C's).
+# test (the slow tier keeps Ctrl-C's), the tiny recipe's and one training's kill -9 resume tests
+# (NT5's kill sweep covers both in CI).
 test-long: setup
 	$(PYTEST) -m long --durations=15
 

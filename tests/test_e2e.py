@@ -93,6 +93,7 @@ def step_files(workdir: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.long  # CI's hour: NT5's kill sweep (slow tier) kills inside every step kind
 def test_tiny_recipe_end_to_end_and_resume_after_kill(tmp_path):
     recipe = tiny_recipe(tmp_path)
     ref = tmp_path / "ref"

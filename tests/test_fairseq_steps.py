@@ -541,6 +541,7 @@ def wait_for(condition, seconds: float) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI's hour: NT5's kill sweep and tests/test_training_resume.py cover it
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_killed_training_resumes_from_checkpoint_last(binarized, tmp_path: Path) -> None:
     config = {**TRAIN, "max_update": 60, "save_interval_updates": 5, "log_interval": 5}

@@ -211,8 +211,7 @@ class MlflowTracker:
             self.running.pop(step_id, None)
             run_id = self._child(planned, "ran")
             self._log_curves(run_id, kind, self.workdir / "steps" / planned.dirname)
-            self._log_manifest(run_id, manifest)
-            self.client.set_tag(run_id, "mtcore.status", "ran")
+            self._log_manifest(run_id, manifest, "ran")
             self.client.set_terminated(run_id, status="FINISHED")
             self.finished.add(planned.dirname)
 
@@ -232,7 +231,7 @@ class MlflowTracker:
                     continue
                 run_id = self._child(item.planned, "cached")
                 self._log_curves(run_id, item.planned.spec.kind, item.path)
-                self._log_manifest(run_id, item.manifest)
+                self._log_manifest(run_id, item.manifest, "cached")
                 self.client.set_terminated(run_id, status="FINISHED")
                 self.finished.add(item.planned.dirname)
             for step_id, planned in self.plan.items():
@@ -295,13 +294,23 @@ class MlflowTracker:
         for start in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[start : start + 100])
 
-    def _metrics(self, run_id: str, points: list[tuple[str, float, int]]) -> None:
-        from mlflow.entities import Metric
+    def _metrics(
+        self,
+        run_id: str,
+        points: list[tuple[str, float, int]],
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        """Metric points and tags in as few requests as MLflow allows (one for a step)."""
+        from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
         items = [Metric(metric_key(k), float(v), now, int(s)) for k, v, s in points]
-        for start in range(0, len(items), BATCH):
-            self.client.log_batch(run_id, metrics=items[start : start + BATCH])
+        labels = [RunTag(k, v) for k, v in (tags or {}).items()]
+        for start in range(0, max(len(items), 1), BATCH):
+            chunk = items[start : start + BATCH]
+            if chunk or labels:
+                self.client.log_batch(run_id, metrics=chunk, tags=labels)
+            labels = []
 
     def _last(self, run_id: str, key: str) -> int:
         """The last update logged for ``key`` (read from the store once per run and key)."""
@@ -333,8 +342,9 @@ class MlflowTracker:
             return {}
         return cls.curves(folder)
 
-    def _log_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
+    def _log_manifest(self, run_id: str, manifest: dict[str, Any], status: str) -> None:
         points: list[tuple[str, float, int]] = []
+        tags = {"mtcore.status": status, "mtcore.resumed": str(bool(manifest.get("resumed")))}
         for key, value in manifest.get("counts", {}).items():
             if isinstance(value, int | float):
                 points.append((f"counts/{key}", value, 0))
@@ -346,13 +356,10 @@ class MlflowTracker:
             elif isinstance(value, dict) and "score" in value:
                 points.append((f"score/{key}", value["score"], 0))
                 if "signature" in value:
-                    self.client.set_tag(
-                        run_id, f"signature.{metric_key(key)}", str(value["signature"])[:5000]
-                    )
+                    tags[f"signature.{metric_key(key)}"] = str(value["signature"])[:5000]
         if isinstance(manifest.get("seconds"), int | float):
             points.append(("seconds", manifest["seconds"], 0))
-        self._metrics(run_id, points)
-        self.client.set_tag(run_id, "mtcore.resumed", str(bool(manifest.get("resumed"))))
+        self._metrics(run_id, points, tags)
 
     def _log_stages(self, result: RunResult) -> None:
         """The stage scores on the workdir's run: ``<direction>/<metric>`` with the stage's
