@@ -102,6 +102,7 @@ if TYPE_CHECKING:
         HASHED_WHEN_SET as HASHED_WHEN_SET,
         NOT_IDENTITY as NOT_IDENTITY,
         Augmenter as Augmenter,
+        CatalogEntry as CatalogEntry,
         ComponentField as ComponentField,
         ConfigT as ConfigT,
         CorpusFit as CorpusFit,

@@ -16,6 +16,12 @@ from mtcore.run.resources import SLOTS_ENV, cores
 
 thread_defaults()  # as the CLI does: OpenMP waits passively in the processes tests start
 
+# mtdata's index (about 80 MB of SQLite, 30 s to build) is built once for the whole suite, not
+# once per test cache (tests set $MTCORE_CACHE to their own folders).
+os.environ.setdefault(
+    "MTCORE_INDEX_DIR", str(Path(__file__).resolve().parents[1] / "work" / "index")
+)
+
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     # Each pytest-xdist worker runs recipes of its own: each gets its share of the cores, as the

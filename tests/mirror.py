@@ -17,6 +17,7 @@ import json
 import lzma
 import sys
 import tarfile
+import xml.etree.ElementTree as ET
 import zipfile
 import zlib
 from collections import defaultdict
@@ -27,6 +28,8 @@ from urllib.parse import urlsplit
 
 from mtcore.contracts.registry import load_registry
 from mtcore.recipe.load import load_recipe
+from mtcore_plugins.sources.indexed import IndexedSource
+from mtcore_plugins.sources.url import UrlSource
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -53,14 +56,21 @@ class Archive:
 
 
 def url_entries(recipes: tuple[str, ...] = RECIPES, profile: str = "paper") -> list[Entry]:
+    """Every entry that downloads: ``url`` entries as written, id-named ones (``mtdata``,
+    ``sacrebleu``, ...) as their index resolves them, so the replicas have the members,
+    columns and compression the index says, not what a recipe guessed."""
     registry = load_registry()
     found = []
     for name in recipes:
         recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml", registry, profile)
         for step_id, spec in recipe.steps.items():
-            if spec.kind != "fetch" or spec.plugin.config.source != "url":
+            if spec.kind != "fetch":
                 continue
             source = spec.plugin._source(registry)
+            if isinstance(source, IndexedSource):
+                source = source.url  # the url source the index's layout configures
+            if not isinstance(source, UrlSource):
+                continue
             found.append(Entry(name, step_id, source.config, tuple(source.langs())))
     return found
 
@@ -167,6 +177,22 @@ def tsv(rows: list[tuple[str, ...]], columns: dict[str, int], langs: tuple[str, 
     return text_lines(out)
 
 
+def wmt_xml(rows: list[tuple[str, ...]], langs: tuple[str, ...], translator: str | None) -> bytes:
+    """A WMT21+ XML test set (``<src>`` and one ``<ref>`` per document) of ``rows``."""
+    root = ET.Element("dataset", id="replica")
+    collection = ET.SubElement(root, "collection", id="general")
+    doc = ET.SubElement(collection, "doc", id="replica.1", origlang=langs[0])
+    ref_attrs = {"lang": langs[1], **({"translator": translator} if translator else {})}
+    for i, (tag, attrs) in enumerate((("src", {"lang": langs[0]}), ("ref", ref_attrs))):
+        paragraph = ET.SubElement(ET.SubElement(doc, tag, **attrs), "p")
+        for number, row in enumerate(rows, start=1):
+            ET.SubElement(paragraph, "seg", id=str(number)).text = row[i]
+    ET.indent(root)
+    buffer = io.BytesIO()
+    ET.ElementTree(root).write(buffer, encoding="utf-8", xml_declaration=True)
+    return buffer.getvalue()
+
+
 def concrete(pattern: str, stem: str) -> str:
     """A member path that the recipe's glob matches."""
     return pattern.replace("**", stem).replace("*", stem).replace("?", "x")
@@ -240,7 +266,9 @@ def build_mirror(
             readers[url].append(entry.name)
             stem = Path(urlsplit(url).path).name.split(".")[0] or "replica"
             members = archives[url].members
-            if isinstance(cfg.member, str):
+            if isinstance(cfg.member, str) and cfg.columns is None:
+                members[concrete(cfg.member, stem)] = wmt_xml(rows, langs, cfg.translator)
+            elif isinstance(cfg.member, str):
                 members[concrete(cfg.member, stem)] = tsv(rows, dict(cfg.columns), langs)
             else:
                 for lang, pattern in cfg.member.items():

@@ -20,6 +20,7 @@ from mtcore.cli.common import (
     load as _load,
     recipe_options as _recipe_options,
 )
+from mtcore.cli.datasets import datasets
 from mtcore.cli.translate import export, translate
 from mtcore.contracts.errors import MtcoreError
 from mtcore.contracts.registry import KINDS, load_registry
@@ -53,6 +54,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 cli.add_command(translate)
 cli.add_command(export)
+cli.add_command(datasets)
 
 
 def _console_logging(debug: bool) -> None:

@@ -78,8 +78,30 @@ Pair = tuple[str, ...]
 """One segment of a corpus: one string per language, in the corpus' language order."""
 
 
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One corpus a source can fetch by name (``mtcore datasets``): ``entry`` is the data
+    entry that fetches it, ready to paste into a recipe (``{"mtdata": "Statmt-..."}``)."""
+
+    source: str
+    id: str
+    langs: tuple[str, ...]
+    entry: dict[str, Any]
+    address: str = ""
+    size: str = ""
+
+
 class Source(Plugin[ConfigT]):
-    """Yields a corpus. ``langs`` lists its languages in column order (one for monolingual)."""
+    """Yields a corpus. ``langs`` lists its languages in column order (one for monolingual).
+
+    A source that names corpora by id from an index (``mtdata``, ``sacrebleu``) lists them in
+    :meth:`catalogue`, which ``mtcore datasets L1-L2`` prints."""
+
+    @classmethod
+    def catalogue(cls, langs: tuple[str, ...], grep: str | None = None) -> list[CatalogEntry]:
+        """The corpora of ``langs`` (one or two languages, either order) this source can fetch
+        by name, those whose id or address contains ``grep``; none by default."""
+        return []
 
     @abstractmethod
     def langs(self) -> tuple[str, ...]:

@@ -233,6 +233,8 @@ def _data_step(
     loc = f"data.{name}"
     if not _ID.match(name):
         problems.append(f"{loc}: name must be lower_snake_case")
+    if isinstance(entry, dict) and "source" not in entry:
+        entry = _short_source(entry, registry)
     if not isinstance(entry, dict) or "source" not in entry:
         problems.append(f"{loc}.source: Field required (a source plugin name)")
         return None
@@ -255,6 +257,20 @@ def _data_step(
     if not isinstance(plugin, Step):
         return None
     return StepSpec(name, fetch_cls.name, plugin, {}, loc)
+
+
+def _short_source(entry: dict[str, Any], registry: Registry) -> dict[str, Any]:
+    """A data entry without ``source:`` whose one key names a source: ``{mtdata: ID}`` is
+    ``{source: mtdata, id: ID}``, ``{sacrebleu: {test_set: wmt22, ...}}`` is ``{source:
+    sacrebleu, test_set: wmt22, ...}``; the entry's other keys stay (``max_pairs``, ...)."""
+    named = [key for key in entry if key in registry.names("sources")]
+    if len(named) != 1:
+        return entry
+    key = named[0]
+    value = entry[key]
+    rest = {k: v for k, v in entry.items() if k != key}
+    settings = dict(value) if isinstance(value, dict) else {"id": value}
+    return {"source": key, **settings, **rest}
 
 
 def _recipe_step(
