@@ -18,7 +18,8 @@ _CODE = re.compile(r"^[A-Za-z]{2,3}(_[A-Za-z0-9]+)?$")
 def entry_name(item: CatalogEntry) -> str:
     """A data entry name (lower_snake_case) for ``item``: its id without the group."""
     parts = item.id.replace(":", "-").split("-")
-    core = parts[1 : -len(item.langs)] if item.source == "mtdata" and len(parts) > 3 else parts
+    first = 1 if item.source == "mtdata" and len(parts) > 3 else 0  # mtdata's group
+    core = parts[first : len(parts) - len(item.langs)]  # the languages follow, as mtcore codes
     name = re.sub(r"[^a-z0-9]+", "_", "_".join([*core, *item.langs]).lower()).strip("_")
     return name if name[:1].isalpha() else f"d_{name}"
 

@@ -88,9 +88,15 @@ class IndexedSource(Source[Any]):
 
     def fingerprint(self) -> str:
         found = self.resolved
+        # the languages' order is the columns' order: the settings keep it (never sort them)
         return json.dumps(
-            [found.index, found.id, found.settings, json.loads(self.url.fingerprint())],
-            sort_keys=True,
+            [
+                found.index,
+                found.id,
+                list(found.langs),
+                found.settings,
+                json.loads(self.url.fingerprint()),
+            ]
         )
 
     def download(self, stats: Any) -> list[Path]:
@@ -234,15 +240,15 @@ class SacrebleuSource(IndexedSource):
             return []
         found = []
         for test_set, pair, refs in sacrebleu_sets(langs):
-            if grep and grep.lower() not in test_set.lower():
-                continue
             try:
                 resolved = sacrebleu_resolve(test_set, pair)
             except DataError:
                 continue
+            where = address(resolved.settings)
+            if grep and grep.lower() not in f"{test_set} {where}".lower():
+                continue
             entry = {"sacrebleu": {"test_set": test_set, "langpair": pair}}
             size = f"{refs} references" if refs > 1 else "1 reference"
             ident = f"{test_set}:{pair}"
-            where = address(resolved.settings)
             found.append(CatalogEntry(cls.name, ident, resolved.langs, entry, where, size))
         return found
