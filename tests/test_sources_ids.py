@@ -245,6 +245,24 @@ def test_mtcore_datasets_lists_a_pair_and_prints_entries_that_load(write_recipe)
     assert "no indexed corpus" in runner.invoke(cli, ["datasets", "en-ja", "-g", "zzzq"]).output
 
 
+@pytest.fixture
+def loopback(tmp_path: Path, monkeypatch) -> None:
+    """Downloads go to 127.0.0.1 without a proxy, into a cache of the test's own."""
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("MTCORE_CACHE", str(tmp_path / "cache"))
+
+
+def run_served(server: LoopbackServer, recipe: Path, work: Path) -> None:
+    """``mtcore run RECIPE`` while ``server`` serves its downloads; the server closed after."""
+    try:
+        done = CliRunner().invoke(cli, ["run", "-q", str(recipe), "-w", str(work)])
+        assert done.exit_code == 0, done.output
+    finally:
+        server.close()
+
+
 def jesc_archive(rows: list[tuple[str, str]]) -> bytes:
     """JESC's split.tar.gz as its index describes it: member split/train, en<TAB>ja."""
     body = "".join(f"{en}\t{ja}\n" for en, ja in rows).encode()
@@ -259,15 +277,11 @@ def jesc_archive(rows: list[tuple[str, str]]) -> bytes:
 
 @pytest.mark.skipif(not ENJA.is_dir(), reason=f"real data not found at {ENJA}")
 def test_a_run_downloads_an_id_through_a_mirror_and_locks_it(
-    tmp_path: Path, write_recipe, monkeypatch
+    tmp_path: Path, write_recipe, monkeypatch, loopback
 ) -> None:
     """``mtcore run`` with ``{mtdata: StanfordNLP-jesc_train-1-eng-jpn}`` and an institute's
     mirror (a true copy: no replicas): the archive comes from the mirror at the index's host
     and path, its member and columns are the index's, the lock file records its hash."""
-    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-    monkeypatch.setenv("MTCORE_CACHE", str(tmp_path / "cache"))
     en = (ENJA / "train.en").read_text(encoding="utf-8").splitlines()[:300]
     ja = (ENJA / "train.ja").read_text(encoding="utf-8").splitlines()[:300]
     rows = list(zip(en, ja, strict=True))
@@ -277,12 +291,7 @@ def test_a_run_downloads_an_id_through_a_mirror_and_locks_it(
     monkeypatch.setenv("MTCORE_MIRROR", server.url(""))
     doc = clean_split_recipe("byid", {}, [], 5)
     doc["data"] = {"bitext": {"mtdata": "StanfordNLP-jesc_train-1-eng-jpn"}}
-    recipe = write_recipe(doc, "byid.yaml")
-    try:
-        done = CliRunner().invoke(cli, ["run", "-q", str(recipe), "-w", str(tmp_path / "w")])
-        assert done.exit_code == 0, done.output
-    finally:
-        server.close()
+    run_served(server, write_recipe(doc, "byid.yaml"), tmp_path / "w")
     assert [path for path, _ in server.requests] == [
         "/nlp.stanford.edu/projects/jesc/data/split.tar.gz"
     ]
@@ -302,3 +311,69 @@ def test_sources_list_their_catalogue_only_when_they_name_by_id() -> None:
     from mtcore_plugins.sources.url import UrlSource
 
     assert UrlSource.catalogue(("en", "ja")) == []
+
+
+@pytest.mark.skipif(not ENJA.is_dir(), reason=f"real data not found at {ENJA}")
+def test_an_evaluation_names_its_indexed_test_set_and_takes_more_references(
+    tmp_path: Path, write_recipe, monkeypatch, loopback
+) -> None:
+    """sacrebleu's wmt20 en-ja through a mirror (its test.tgz, .sgm members), concatenated as
+    the recipes' ``test`` step does, scored against a hypothesis with a second translator's
+    reference: BLEU is sacrebleu's two-reference BLEU, and the signature names the test set."""
+    from sacrebleu.metrics import BLEU
+
+    from .mirror import archive_bytes, sgm
+
+    en = (ENJA / "test.en").read_text(encoding="utf-8").splitlines()[:120]
+    ja = (ENJA / "test.ja").read_text(encoding="utf-8").splitlines()[:120]
+    second = [line.replace("。", "") for line in ja]  # another translator, punctuation aside
+    hyps = [a if i % 2 else b for i, (a, b) in enumerate(zip(ja, second, strict=True))]
+    hyps = [h[: max(1, len(h) - 3)] for h in hyps]  # not quite either reference
+    tgz = archive_bytes(
+        "test.tgz",
+        {
+            "sgm/newstest2020-enja-src.en.sgm": sgm(en, "en"),
+            "sgm/newstest2020-enja-ref.ja.sgm": sgm(ja, "ja"),
+        },
+    )
+    for name, lines in (("hyp.ja", hyps), ("b.en", en), ("b.ja", second)):
+        (tmp_path / name).write_text("".join(f"{x}\n" for x in lines), encoding="utf-8")
+    server = LoopbackServer()
+    server.files["/data.statmt.org/wmt20/translation-task/test.tgz"] = tgz
+    monkeypatch.setenv("MTCORE_MIRROR", server.url(""))
+    doc = {
+        "name": "refs",
+        "directions": ["en-ja"],
+        "executor": {"workers": 1},
+        "data": {
+            "wmt20_enja": {"sacrebleu": {"test_set": "wmt20", "langpair": "en-ja"}},
+            "hyp": {"source": "local", "files": {"ja": str(tmp_path / "hyp.ja")}},
+            "ref_b": {
+                "source": "local",
+                "files": {"en": str(tmp_path / "b.en"), "ja": str(tmp_path / "b.ja")},
+            },
+        },
+        "steps": {
+            "test": {"kind": "concat", "inputs": {"wmt20": "wmt20_enja"}},
+            "eval_base_enja": {
+                "kind": "evaluate",
+                "inputs": {"hyp": "hyp", "ref": "test", "ref2": "ref_b"},
+                "metrics": ["bleu"],
+            },
+        },
+    }  # fmt: skip
+    run_served(server, write_recipe(doc, "refs.yaml"), tmp_path / "w")
+    (folder,) = (tmp_path / "w" / "steps").glob("eval_base_enja-*")
+    scores = json.loads((folder / "scores" / "scores.json").read_text())
+    assert scores["references"] == 2 and scores["test_set"] == "sacrebleu:wmt20:en-ja"
+    (bleu,) = scores["scores"]
+    assert bleu["signature"].startswith("nrefs:2|")
+    assert bleu["signature"].endswith("|test:sacrebleu:wmt20:en-ja")
+    tokenize = bleu["signature"].split("tok:")[1].split("-")[0]
+    tokenize = {"ja": "ja-mecab"}.get(tokenize, tokenize)
+    expected = BLEU(tokenize=tokenize).corpus_score(hyps, [ja, second]).score
+    assert bleu["score"] == pytest.approx(expected, abs=1e-4)  # the plugin keeps 4 decimals
+    single = BLEU(tokenize=tokenize).corpus_score(hyps, [ja]).score
+    assert bleu["score"] > single
+    report = (tmp_path / "w" / "report.md").read_text(encoding="utf-8")
+    assert "test:sacrebleu:wmt20:en-ja" in report

@@ -97,6 +97,12 @@ class Source(Plugin[ConfigT]):
     A source that names corpora by id from an index (``mtdata``, ``sacrebleu``) lists them in
     :meth:`catalogue`, which ``mtcore datasets L1-L2`` prints."""
 
+    def dataset(self) -> str | None:
+        """The corpus' id in a public index (``sacrebleu:wmt22:en-ja``,
+        ``mtdata:Statmt-news_commentary-16-eng-jpn``), recorded in the fetched corpus' metadata
+        (an evaluation names its test set with it); None for a file or address."""
+        return None
+
     @classmethod
     def catalogue(cls, langs: tuple[str, ...], grep: str | None = None) -> list[CatalogEntry]:
         """The corpora of ``langs`` (one or two languages, either order) this source can fetch

@@ -86,6 +86,9 @@ class IndexedSource(Source[Any]):
     def langs(self) -> tuple[str, ...]:
         return self.resolved.langs
 
+    def dataset(self) -> str | None:
+        return f"{self.name}:{self.resolved.id}"
+
     def fingerprint(self) -> str:
         found = self.resolved
         # the languages' order is the columns' order: the settings keep it (never sort them)

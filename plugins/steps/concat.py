@@ -6,7 +6,15 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from mtcore.api import Corpus, CorpusWriter, PluginConfig, Step, StepContext, StepError
+from mtcore.api import (
+    Corpus,
+    CorpusWriter,
+    PluginConfig,
+    Step,
+    StepContext,
+    StepError,
+    write_corpus_meta,
+)
 
 
 class ConcatConfig(PluginConfig):
@@ -39,4 +47,8 @@ class ConcatStep(Step[ConcatConfig]):
                 for pair in corpus:
                     writer.write(tuple(pair[c] for c in columns))
                 ctx.stats.add(f"pairs.{role}", writer.lines - before)
+        # the ids of indexed test sets carry through (a test set concatenated as it came)
+        named = [str(a.meta.get("dataset") or "") for a in ctx.inputs.values()]
+        if all(named):
+            write_corpus_meta(writer.corpus, writer.lines, dataset="+".join(dict.fromkeys(named)))
         ctx.stats.add("pairs_out", writer.lines)

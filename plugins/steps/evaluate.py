@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -55,13 +56,24 @@ STAGE_ID = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+
 """The shipped recipes' convention: the evaluate step of a stage is ``eval_<stage>_<direction>``."""
 
 
+EXTRA_REFS = ("ref2", "ref3", "ref4")
+"""More references of the same segments (other translators), line for line with ``ref``."""
+
+
 class EvaluateStep(Step[EvaluateConfig]):
-    """``hyp`` is a monolingual corpus; each ``ref`` corpus contributes its column in the
-    target language. Scores land in ``scores.json`` and in the manifest's metrics, each with
-    its signature and the direction (``en-ja``) the report groups by."""
+    """``hyp`` is a monolingual corpus; ``ref`` and each of ``ref2``..``ref4`` (more
+    translators' references, line for line) contribute their column in the target language, as
+    sacrebleu's multi-reference scoring takes them. Scores land in ``scores.json`` and in the
+    manifest's metrics, each with its signature and the direction (``en-ja``) the report groups
+    by; a reference fetched by id (``{sacrebleu: {test_set: wmt22, ...}}``) names its test set in
+    the signature (``|test:sacrebleu:wmt22:en-ja``), as sacrebleu 1.x's signatures did."""
 
     name = "evaluate"
-    inputs: ClassVar[dict[str, bool]] = {"hyp": True, "ref": True}
+    inputs: ClassVar[dict[str, bool]] = {
+        "hyp": True,
+        "ref": True,
+        **dict.fromkeys(EXTRA_REFS, False),
+    }
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 
     def stage(self, step_id: str) -> tuple[str, str] | None:
@@ -92,16 +104,29 @@ class EvaluateStep(Step[EvaluateConfig]):
         pairs = list(ref_corpus)
         hyps = [pair[0] for pair in hyp_corpus]
         refs = [[pair[column] for pair in pairs]]
-        check_lengths(hyps, refs, [str(ref_corpus.file(lang))])
+        names = [str(ref_corpus.file(lang))]
+        for role in (r for r in EXTRA_REFS if r in ctx.inputs):
+            extra = Corpus.open(ctx.inputs[role].path)
+            if lang not in extra.langs:
+                raise StepError(f"{ctx.step_id}: {role} has languages {extra.langs}, not {lang!r}")
+            refs.append([pair[extra.langs.index(lang)] for pair in extra])
+            names.append(str(extra.file(lang)))
+        check_lengths(hyps, refs, names)
         sources = None if src is None else [p[ref_corpus.langs.index(src)] for p in pairs]
         metrics = build_metrics(ctx.registry, self.config.metrics)
         scored = score_all(metrics, hyps, refs, lang, sources)
+        test_set = ctx.inputs["ref"].meta.get("dataset")
+        if test_set:
+            named = f"|test:{test_set}"
+            scored = [(m, replace(s, signature=s.signature + named)) for m, s in scored]
         direction = f"{src}-{lang}" if src else lang
         out = ctx.output("scores")
         payload = {
             "lang": lang,
             "direction": direction,
             "segments": len(hyps),
+            "references": len(refs),
+            **({"test_set": test_set} if test_set else {}),
             "scores": [s.as_dict() for _, s in scored],
         }
         (out / "scores.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")

@@ -80,6 +80,8 @@ class FetchStep(Step[FetchConfig]):
         source = self._source(ctx.registry)
         policy = self.config.input
         langs = source.langs()
+        dataset = source.dataset()
+        named = {"dataset": dataset} if dataset else {}  # the test set an evaluation names
         # Line-aligned files: read in blocks over the executor, the same pairs and counts as
         # below (with max_pairs, the serial reader stops at the cut without reading on).
         files = source.line_files(ctx.stats) if self.config.max_pairs is None else None
@@ -91,7 +93,7 @@ class FetchStep(Step[FetchConfig]):
                     lines = ingest(files, out, policy, ctx.stats, ctx.executor, bar)
                 except DataError as exc:
                     raise source.explain(exc) from exc
-            write_corpus_meta(corpus, lines)
+            write_corpus_meta(corpus, lines, **named)
             ctx.stats.add("pairs_out", lines)
             return
         with (
@@ -107,6 +109,8 @@ class FetchStep(Step[FetchConfig]):
                     continue
                 writer.write(checked)
                 bar.update(1)
+        if named:
+            write_corpus_meta(writer.corpus, writer.lines, **named)
         ctx.stats.add("pairs_out", writer.lines)
 
 
