@@ -92,7 +92,7 @@ def package_version(name: str) -> str:
 
 
 def mtdata_db() -> Path:
-    """The SQLite copy of the installed mtdata's index, built on first use (about 20 s)."""
+    """The SQLite copy of the installed mtdata's index, built on first use (about 30 s)."""
     version = package_version("mtdata")
     path = index_dir() / f"mtdata-{version}.sqlite"
     if path.is_file():
@@ -102,7 +102,7 @@ def mtdata_db() -> Path:
         fcntl.flock(handle, fcntl.LOCK_EX)
         if path.is_file():  # another process built it while this one waited
             return path
-        log.info("building mtdata %s's index once into %s (about 20 s)", version, path)
+        log.warning("building mtdata %s's index once into %s (about 30 s)", version, path)
         with tempfile.TemporaryDirectory() as home:
             done = subprocess.run(
                 [sys.executable, "-m", "mtcore_plugins.sources._mtdata_build", str(path)],

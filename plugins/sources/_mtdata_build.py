@@ -2,7 +2,7 @@
 :mod:`._index`): ``python -m mtcore_plugins.sources._mtdata_build OUT.sqlite``.
 
 mtdata assembles its index from the Python modules and resource tables inside its package (no
-network); building it takes about 20 seconds, so mtcore does it once per mtdata version and
+network); building it takes about 30 seconds, so mtcore does it once per mtdata version and
 reads the table afterwards. mtdata's own cache of the index is a pickle, which this never
 loads: the table written here holds text only. mtdata configures the root logger when it is
 imported, which is why this runs apart from mtcore's process.
