@@ -18,9 +18,11 @@ from click.testing import CliRunner
 from mtcore.cli.app import cli
 from mtcore.contracts.errors import DataError, RecipeError
 from mtcore.contracts.registry import load_registry
+from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import Corpus
 from mtcore.recipe.load import load_recipe
 from mtcore.recipe.plan import make_plan
+from mtcore_plugins.sources import _mirror
 from mtcore_plugins.sources._index import mtdata_index, mtdata_settings, sacrebleu_resolve
 from mtcore_plugins.sources.indexed import (
     FloresSource,
@@ -254,6 +256,10 @@ def loopback(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MTCORE_CACHE", str(tmp_path / "cache"))
 
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def run_served(server: LoopbackServer, recipe: Path, work: Path) -> None:
     """``mtcore run RECIPE`` while ``server`` serves its downloads; the server closed after."""
     try:
@@ -341,6 +347,16 @@ def test_an_evaluation_names_its_indexed_test_set_and_takes_more_references(
     server = LoopbackServer()
     server.files["/data.statmt.org/wmt20/translation-task/test.tgz"] = tgz
     monkeypatch.setenv("MTCORE_MIRROR", server.url(""))
+    # served as the real file, the stand-in fails the md5 sacrebleu pins for test.tgz
+    wmt20 = SacrebleuSource.from_dict({"test_set": "wmt20", "langpair": "en-ja"})
+    with pytest.raises(DataError, match=r"has md5 \w+, not the 3b1f777cfd2fb15ccf66e9bfdb2b1699 "):
+        wmt20.download(Stats())
+    assert not [p for p in (tmp_path / "cache" / "downloads").glob("*") if p.suffix != ".lock"]
+    # accepted as the mirror's replica (the user's choice): checked against the mirror's hash
+    replicas = {"https://data.statmt.org/wmt20/translation-task/test.tgz": sha256(tgz)}
+    server.files["/mirror.json"] = json.dumps({"replicas": replicas}).encode()
+    monkeypatch.setenv("MTCORE_MIRROR_REPLICAS", "1")
+    _mirror._replicas.clear()
     doc = {
         "name": "refs",
         "directions": ["en-ja"],

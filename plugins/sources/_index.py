@@ -46,6 +46,7 @@ class Resolved:
     index: str  # "mtdata 0.5.1", "sacrebleu 2.5.1"
     langs: tuple[str, ...]
     settings: dict[str, Any] = field(hash=False)
+    md5: str | None = None  # the index's own checksum of the (one) download, where it has one
 
     def reordered(self, langs: tuple[str, ...]) -> Resolved:
         """The same corpus with its languages in ``langs`` order (a permutation)."""
@@ -63,7 +64,7 @@ class Resolved:
                 settings[key] = {lang: value[lang] for lang in langs}
         if "langs" in settings:
             settings["langs"] = list(langs)
-        return Resolved(self.id, self.index, langs, settings)
+        return Resolved(self.id, self.index, langs, settings, self.md5)
 
 
 def address(settings: dict[str, Any]) -> str:
@@ -316,6 +317,7 @@ def sacrebleu_resolve(test_set: str, langpair: str, ref: str | None = None) -> R
     if len(urls) != 1:
         raise DataError(f"{ident} ({name}) is spread over {len(urls)} downloads; give it as url")
     archive = {"url": urls[0]}
+    md5 = dataset.md5[0] if dataset.md5 else None
     meta = pairs[langpair]
     if isinstance(dataset, WMTXMLDataset):
         path = meta["path"] if isinstance(meta, dict) else meta[0]
@@ -324,7 +326,7 @@ def sacrebleu_resolve(test_set: str, langpair: str, ref: str | None = None) -> R
         chosen = ref if ref is not None else (refs[0] if refs else None)
         if chosen:
             settings["translator"] = chosen
-        return Resolved(ident, name, (src, tgt), settings)
+        return Resolved(ident, name, (src, tgt), settings, md5)
     if isinstance(dataset, FakeSGMLDataset | PlainTextDataset) and isinstance(meta, list):
         refs = meta[1:]
         index = int(ref) if ref is not None and ref.isdigit() else 0
@@ -335,9 +337,8 @@ def sacrebleu_resolve(test_set: str, langpair: str, ref: str | None = None) -> R
             )
         members = {src: meta[0], tgt: refs[index]}
         fmt = "sgm" if isinstance(dataset, FakeSGMLDataset) else "text"
-        return Resolved(
-            ident, name, (src, tgt), {"archive": archive, "member": members, "format": fmt}
-        )
+        settings = {"archive": archive, "member": members, "format": fmt}
+        return Resolved(ident, name, (src, tgt), settings, md5)
     raise DataError(
         f"{ident} ({name}) is a {type(dataset).__name__}, which mtcore does not read by id; "
         "give it as url"

@@ -14,6 +14,7 @@ recipe load that lists the closest ids of the same pair.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from functools import cached_property
@@ -31,6 +32,7 @@ from mtcore_plugins.sources._index import (
     sacrebleu_resolve,
     sacrebleu_sets,
 )
+from mtcore_plugins.sources._mirror import mirror_base, replicas_allowed
 from mtcore_plugins.sources.url import LangCode, UrlSource
 
 _URL = UrlSource.Config.model_fields
@@ -103,19 +105,47 @@ class IndexedSource(Source[Any]):
         )
 
     def download(self, stats: Any) -> list[Path]:
-        return self.url.download(stats)
+        return self._verified(self.url.download(stats))
+
+    def _verified(self, paths: list[Path]) -> list[Path]:
+        """``paths`` checked against the index's own checksum where it has one (sacrebleu pins
+        each archive's md5): a file that passed the lock file but not the index is an error
+        and leaves the cache. A mirror's replicas (the rehearsal, the user's choice) are
+        checked against the mirror's hashes instead."""
+        expected = self.resolved.md5
+        if expected and len(paths) == 1 and not (mirror_base() and replicas_allowed()):
+            found = md5_file(paths[0])
+            if found != expected.lower():
+                paths[0].unlink(missing_ok=True)
+                where = address(self.resolved.settings)
+                raise DataError(
+                    f"{self.resolved.id}: the file downloaded from {where} has md5 {found}, not "
+                    f"the {expected} {self.resolved.index} pins for it (deleted from the cache: "
+                    "a changed or damaged file)"
+                )
+        return paths
 
     def relock(self, stats: Any) -> list[Path]:
         return self.url.relock(stats)
 
     def line_files(self, stats: Any) -> list[Path] | None:
-        return self.url.line_files(stats)
+        files = self.url.line_files(stats)
+        return None if files is None else self._verified(files)
 
     def explain(self, exc: Exception) -> Exception:
         return self.url.explain(exc)
 
     def read(self, policy: Any, stats: Any) -> Iterator[Pair]:
+        self.download(stats)  # checked against the index first; the url source finds it cached
         return self.url.read(policy, stats)
+
+
+def md5_file(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class MtdataConfig(IndexedConfig):
