@@ -18,13 +18,14 @@ PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-
 test: setup
 	$(PYTEST) -m "not slow" --durations=15
 
-# The slow tier: NT5's and Yishu's default-profile runs, NT5's paper-graph rehearsal, NT5's
-# kill sweep and the other end-to-end trainings.
+# The slow tier: NT5's default-profile run (CI checks the system `make nt5` built), NT5's
+# paper-graph rehearsal, NT5's kill sweep and the other end-to-end trainings.
 test-slow: setup
 	$(PYTEST) -m "slow and not long" --durations=25
 
 # Slow tests past CI's budget (about 35 minutes on 2 workers): the every-team WMT score sweep,
-# the Yishu, Xiaomi and HW-TSC paper-graph rehearsals, Xiaomi's and HW-TSC's default-profile runs, the kill sweeps
+# the Yishu, Xiaomi and HW-TSC paper-graph rehearsals, Yishu's, Xiaomi's and HW-TSC's
+# default-profile runs, the kill sweeps
 # of Yishu, Xiaomi and HW-TSC, Yishu's smoke profile on Slurm and on two Ray nodes, the SIGTERM stop
 # test (the slow tier keeps Ctrl-C's), the tiny recipe's and one training's kill -9 resume tests
 # (NT5's kill sweep covers both in CI).

@@ -15,7 +15,7 @@ import yaml
 from mtcore.contracts.registry import Registry
 from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import InputPolicy
-from mtcore.recipe.load import build_recipe
+from mtcore.recipe.load import _short_source, build_recipe
 from mtcore.run.runner import Runner
 from mtcore_plugins.sources.local import LocalSource
 from tests.conftest import SHARED, clean_split_recipe
@@ -111,7 +111,9 @@ def test_the_documented_examples_validate(registry) -> None:
         document = yaml.safe_load(block)
         entries |= document.get("data", document)
     assert {"jparacrawl", "kftt", "ted", "wmt20", "wmt21", "wmt22_local"} <= set(entries)
-    for name, entry in entries.items():
+    assert {"news_commentary", "wmt22_enja", "flores_devtest"} <= set(entries)  # ids, too
+    for name, written in entries.items():
+        entry = written if "source" in written else _short_source(written, registry)
         settings = {k: v for k, v in entry.items() if k not in ("source", "input")}
         source = registry.load("sources", entry["source"]).from_dict(settings)
         assert source.langs(), name

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, StringConstraints, model_validator
 
@@ -64,10 +64,11 @@ def _ordered(found: Resolved, langs: list[str] | None) -> Resolved:
     return found.reordered(tuple(langs)) if langs else found
 
 
-class IndexedSource(Source[Any]):
-    """Reads the corpus an index names through the ``url`` source."""
+IndexedT = TypeVar("IndexedT", bound=IndexedConfig)
 
-    config: IndexedConfig
+
+class IndexedSource(Source[IndexedT]):
+    """Reads the corpus an index names through the ``url`` source."""
 
     @cached_property
     def resolved(self) -> Resolved:
@@ -165,12 +166,10 @@ class MtdataConfig(IndexedConfig):
         return _ordered(mtdata_index().resolve(self.id), self.langs)
 
 
-class MtdataSource(IndexedSource):
+class MtdataSource(IndexedSource[MtdataConfig]):
     """Any corpus of mtdata's index, by its id."""
 
     name = "mtdata"
-    Config = MtdataConfig
-    config: MtdataConfig
 
     @classmethod
     def catalogue(cls, langs: tuple[str, ...], grep: str | None = None) -> list[CatalogEntry]:
@@ -202,12 +201,10 @@ class OpusConfig(IndexedConfig):
         return found.reordered(tuple(self.langs))
 
 
-class OpusSource(IndexedSource):
+class OpusSource(IndexedSource[OpusConfig]):
     """An OPUS corpus (Moses files of opus.nlpl.eu), by corpus, release and pair."""
 
     name = "opus"
-    Config = OpusConfig
-    config: OpusConfig
 
 
 class FloresConfig(IndexedConfig):
@@ -219,12 +216,10 @@ class FloresConfig(IndexedConfig):
         return found.reordered(tuple(self.langs))
 
 
-class FloresSource(IndexedSource):
+class FloresSource(IndexedSource[FloresConfig]):
     """FLORES-200 (dev 997 / devtest 1,012 sentences, the same in every language)."""
 
     name = "flores"
-    Config = FloresConfig
-    config: FloresConfig
 
 
 class NtrexConfig(IndexedConfig):
@@ -235,12 +230,10 @@ class NtrexConfig(IndexedConfig):
         return found.reordered(tuple(self.langs))
 
 
-class NtrexSource(IndexedSource):
+class NtrexSource(IndexedSource[NtrexConfig]):
     """NTREX-128 (newstest2019's 1,997 English sentences translated into 128 languages)."""
 
     name = "ntrex"
-    Config = NtrexConfig
-    config: NtrexConfig
 
 
 class SacrebleuConfig(IndexedConfig):
@@ -260,12 +253,10 @@ class SacrebleuConfig(IndexedConfig):
         return sacrebleu_resolve(self.test_set, self.langpair, self.ref)
 
 
-class SacrebleuSource(IndexedSource):
+class SacrebleuSource(IndexedSource[SacrebleuConfig]):
     """A WMT/IWSLT test set as sacrebleu defines it (archive, member, reference)."""
 
     name = "sacrebleu"
-    Config = SacrebleuConfig
-    config: SacrebleuConfig
 
     @classmethod
     def catalogue(cls, langs: tuple[str, ...], grep: str | None = None) -> list[CatalogEntry]:
