@@ -3,7 +3,7 @@ rehearsal: same address (host and path under the mirror's root), same compressio
 layout and member names, same column layout, a few hundred real lines in the entry's languages
 from ../shared/data. A file that ../shared/data holds itself (the WMT test sets and IWSLT20
 references pinned by the recipes) is served as it is, so its pinned sha256 is checked for real;
-every other file is a replica, listed with its sha256 in ``mirror.json`` (plugins/sources/_mirror).
+every other file is a replica, listed with its sha256 in ``mirror.json`` (plugins/common/mirror).
 
     python -m tests.mirror OUT_DIR        # writes the tree; serve it with any HTTP server
 """

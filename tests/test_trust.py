@@ -17,7 +17,7 @@ import pytest
 
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.stats import Stats
-from mtcore_plugins.sources._download import Downloader, FileSpec
+from mtcore_plugins.common.download import Downloader, FileSpec
 from tests.test_sources import LoopbackServer
 
 PAYLOAD = """

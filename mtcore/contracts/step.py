@@ -125,6 +125,10 @@ class Step(Plugin[ConfigT]):
     """Turns one of a recipe's ``data`` entries into a corpus: the recipe builds a step of the
     one installed kind that says so for each entry (settings ``source``, ``config``, and any of
     the entry's keys the kind's config declares)."""
+    fetches_model: ClassVar[bool] = False
+    """Turns one of a recipe's ``models`` entries (a pretrained model by id) into a model
+    artifact: the recipe builds a step of the one installed kind that says so for each entry,
+    the entry being its settings."""
     streams: ClassVar[tuple[str, ...]] = ()
     """Input roles whose lines the default output keeps one for one, in order (the corpus a
     step translates, normalizes, truecases or reranks). ``mtcore translate`` replays the steps

@@ -71,7 +71,8 @@ class SchedulerSpec(BaseModel):
 
 
 class RecipeHead(BaseModel):
-    """The recipe's own keys; ``data`` and ``steps`` entries are validated by their plugins."""
+    """The recipe's own keys; ``data``, ``models`` and ``steps`` entries are validated by their
+    plugins."""
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(
@@ -93,13 +94,19 @@ class RecipeHead(BaseModel):
     default_profile: str | None = None
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
     data: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="pretrained models by id (hf:ORG/NAME, a local directory), each fetched "
+        "by a step of the kind that declares Step.fetches_model",
+    )
     steps: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 @dataclass
 class StepSpec:
-    """One node of the plan: a recipe step or a ``data`` entry (run as a step of the kind that
-    declares ``Step.fetches``, the shipped ``fetch``)."""
+    """One node of the plan: a recipe step, a ``data`` entry (run as a step of the kind that
+    declares ``Step.fetches``, the shipped ``fetch``) or a ``models`` entry (the kind that
+    declares ``Step.fetches_model``, the shipped ``fetch_model``)."""
 
     id: str
     kind: str
@@ -177,15 +184,26 @@ def build_recipe(
         spec = _data_step(name, entry, registry, problems)
         if spec:
             steps[name] = spec
+    for name, entry in head.models.items():
+        if name in head.data:
+            problems.append(f"models.{name}: name is also the name of a data entry; rename one")
+            continue
+        spec = _model_step(name, entry, registry, problems)
+        if spec:
+            steps[name] = spec
     for step_id, entry in head.steps.items():
-        if step_id in head.data:
-            problems.append(f"steps.{step_id}: id is also the name of a data entry; rename one")
+        if step_id in head.data or step_id in head.models:
+            section = "data" if step_id in head.data else "models"
+            problems.append(
+                f"steps.{step_id}: id is also the name of a {section} entry; rename one"
+            )
             continue
         spec = _recipe_step(step_id, entry, registry, problems)
         if spec:
             steps[step_id] = spec
-    check_references(steps, problems, set(head.data) | set(head.steps))
-    check_unbuilt_references(head.steps, steps, problems, set(head.data) | set(head.steps))
+    named = set(head.data) | set(head.models) | set(head.steps)
+    check_references(steps, problems, named)
+    check_unbuilt_references(head.steps, steps, problems, named)
     _check_resources(head.resources, steps, problems)
     if not problems:
         check_cycles(steps, problems)
@@ -254,6 +272,30 @@ def _data_step(
         return None
     fetch_values = {k: v for k, v in entry.items() if k in own} | {"config": source_cfg}
     plugin = _make(fetch_cls, fetch_values, loc, problems, strip_prefix=("config",))
+    if not isinstance(plugin, Step):
+        return None
+    return StepSpec(name, fetch_cls.name, plugin, {}, loc)
+
+
+def _model_step(
+    name: str, entry: dict[str, Any], registry: Registry, problems: list[str]
+) -> StepSpec | None:
+    """A ``models`` entry as a step of the kind that declares ``Step.fetches_model``; the
+    entry is that step's settings (``{hf: ORG/NAME}`` is ``{id: hf:ORG/NAME}``)."""
+    loc = f"models.{name}"
+    if not _ID.match(name):
+        problems.append(f"{loc}: name must be lower_snake_case")
+    if not isinstance(entry, dict):
+        problems.append(f"{loc}: must be a mapping such as {{id: hf:ORG/NAME, revision: COMMIT}}")
+        return None
+    if "hf" in entry and "id" not in entry:
+        entry = {"id": f"hf:{entry['hf']}", **{k: v for k, v in entry.items() if k != "hf"}}
+    try:
+        fetch_cls = registry.declaring("steps", "fetches_model")
+    except PluginError as exc:
+        problems.append(f"{loc}: {exc}")
+        return None
+    plugin = _make(fetch_cls, entry, loc, problems)
     if not isinstance(plugin, Step):
         return None
     return StepSpec(name, fetch_cls.name, plugin, {}, loc)

@@ -130,7 +130,13 @@ def converted(
     partial = target.parent / f".{target.name}.{os.getpid()}.tmp"
     converter = FairseqSpecConverter(model, src, tgt, plugins, registry)
     converter.convert(str(partial), force=True)
-    (partial / LIMITS_FILE).write_text(json.dumps(converter.limits) + "\n")
+    return install(partial, target, converter.limits)
+
+
+def install(partial: Path, target: Path, positions: Any) -> Path:
+    """A converted model written to ``partial`` renamed into the cache at ``target``, with the
+    original model's (source, target) ``positions``."""
+    (partial / LIMITS_FILE).write_text(json.dumps(positions) + "\n")
     try:
         os.rename(partial, target)
     except OSError:  # another process renamed its copy first: same bytes, keep theirs

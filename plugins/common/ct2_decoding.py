@@ -32,12 +32,18 @@ class Ct2Translator:
     model. ``ctx`` is a step context or :class:`~decoding.DecodeJob` (its ``spm`` and ``model``
     inputs are read, its ``stats`` count empty and truncated inputs)."""
 
-    def __init__(self, config: Any, ctx: Any, model_dir: Path, threads: int = 0) -> None:
+    def __init__(
+        self, config: Any, ctx: Any, model_dir: Path, threads: int = 0, tokens: Any = None
+    ) -> None:
         import ctranslate2
 
         self.config, self.ctx = config, ctx
         self.direction = str(ctx.inputs["model"].meta.get("direction", "l2r"))
-        self.spm = load_spm(ctx.inputs["spm"].path)
+        # the SentencePiece model of a fairseq model's data, or a pretrained model's tokenizer
+        # (pretrained.PretrainedTokens: EOS written by the tokenizer, a target language prefix)
+        self.tokens = tokens if tokens is not None else SpmTokens(load_spm(ctx.inputs["spm"].path))
+        self.prefix: list[str] = list(getattr(self.tokens, "prefix", []))
+        self.eos = 0 if getattr(self.tokens, "eos_included", False) else 1
         self.max_source, self.max_target = limits(model_dir)
         self.device = pick_ct2_device(getattr(config, "device", "auto"))
         self.model = ctranslate2.Translator(
@@ -71,7 +77,7 @@ class Ct2Translator:
     def batches(self, lines: list[str]) -> Iterator[tuple[list[int], list[list[str]]]]:
         """(indices, source pieces) batches of the non-empty lines, by length, as fairseq's
         translator batches them (``batch_size`` sentences, ``max_tokens`` padded tokens)."""
-        pieces = [self._truncate(p) for p in self.spm.encode(lines, out_type=str)]
+        pieces = [self._truncate(p) for p in self.tokens.encode(lines)]
         order = sorted(
             (i for i in range(len(lines)) if pieces[i]), key=lambda i: (len(pieces[i]), i)
         )
@@ -90,8 +96,10 @@ class Ct2Translator:
 
     def _truncate(self, pieces: list[str]) -> list[str]:
         """A source longer than the model's positions (EOS included) keeps its first pieces."""
-        if self.max_source is not None and len(pieces) + 1 > self.max_source:
+        if self.max_source is not None and len(pieces) + self.eos > self.max_source:
             self.ctx.stats.add("translate.truncated")
+            if not self.eos:  # the tokenizer's EOS stays last
+                return [*pieces[: self.max_source - 1], pieces[-1]]
             return pieces[: self.max_source - 1]
         return pieces
 
@@ -99,7 +107,7 @@ class Ct2Translator:
         """Tokens a hypothesis of this source may have before EOS (fairseq's a*src + b, with
         the source's EOS counted, within the decoder's positions; EOS forced after them)."""
         config = self.config
-        limit = math.floor((len(pieces) + 1) * config.max_len_a + config.max_len_b)
+        limit = math.floor((len(pieces) + self.eos) * config.max_len_a + config.max_len_b)
         if self.max_target is not None:  # fairseq: max_len = positions - 1, cap max_len - 1
             limit = min(limit, self.max_target - 2)
         return max(limit, 1)
@@ -149,11 +157,12 @@ class Ct2Translator:
         if pending:
             scored = self.model.score_batch(
                 [sources[k] for k, _ in pending],
-                [found[k][i][0] for k, i in pending],
+                [[*self.prefix, *found[k][i][0]] for k, i in pending],
                 max_input_length=0,
             )
+            skip = len(self.prefix)  # the language token is given, not predicted
             for (k, i), result in zip(pending, scored, strict=True):
-                found[k][i] = (found[k][i][0], float(sum(result.log_probs)))
+                found[k][i] = (found[k][i][0], float(sum(result.log_probs[skip:])))
         return {k for k, _ in pending}
 
     def _decode(
@@ -167,8 +176,8 @@ class Ct2Translator:
         options: dict[str, Any] = {
             "max_batch_size": 0,
             "max_input_length": 0,  # truncated already, as fairseq's translator truncates
-            "max_decoding_length": cap,  # CTranslate2 stops there without EOS
-            "min_decoding_length": 1,  # fairseq's min_len: no empty output
+            "max_decoding_length": cap + len(self.prefix),  # stops there without EOS
+            "min_decoding_length": 1 + len(self.prefix),  # fairseq's min_len: no empty output
             "return_scores": True,
             "length_penalty": config.lenpen,
             "no_repeat_ngram_size": getattr(config, "no_repeat_ngram_size", 0),
@@ -187,11 +196,14 @@ class Ct2Translator:
             ctranslate2.set_random_seed(batch_seed(self.seed, self._batches_done))
         else:
             options.update(beam_size=config.beam, num_hypotheses=config.beam)
+        if self.prefix:  # a multilingual model's target language token
+            options["target_prefix"] = [self.prefix] * len(sources)
         results = self.model.translate_batch(sources, **options)
+        skip = len(self.prefix)
         out = []
         for result in results:
             hyps = [
-                (tokens, score * (len(tokens) + 1) ** config.lenpen)
+                (tokens[skip:], score * (len(tokens) - skip + 1) ** config.lenpen)
                 for tokens, score in zip(result.hypotheses, result.scores, strict=True)
             ]
             if sampling:  # fairseq returns its samples best first
@@ -202,7 +214,21 @@ class Ct2Translator:
     def _text(self, tokens: list[str]) -> str:
         if self.direction == "r2l":  # the model wrote the sentence last piece first
             tokens = tokens[::-1]
-        return str(self.spm.decode_pieces(list(tokens)))
+        return str(self.tokens.decode(list(tokens)))
+
+
+class SpmTokens:
+    """A SentencePiece model as :class:`Ct2Translator`'s tokens (no EOS, no prefix: the
+    converted fairseq model adds EOS itself)."""
+
+    def __init__(self, spm: Any) -> None:
+        self.spm = spm
+
+    def encode(self, lines: list[str]) -> list[list[str]]:
+        return [list(p) for p in self.spm.encode(lines, out_type=str)]
+
+    def decode(self, tokens: list[str]) -> str:
+        return str(self.spm.decode_pieces(tokens))
 
 
 def obstacles(config: Any, members: dict[str, Any], registry: Any = None) -> list[str]:

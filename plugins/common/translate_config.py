@@ -105,6 +105,22 @@ class TranslateConfig(PluginConfig):
         "int8 quantizes on load. Ignored by the fairseq backend",
         json_schema_extra=ignored_when(backend="fairseq"),
     )  # fmt: skip
+    src_token: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="a pretrained multilingual model's token for the source language (M2M-100 "
+        "__en__ or en, NLLB eng_Latn); null: found from src",
+        json_schema_extra=HASHED_WHEN_SET,
+    )
+    tgt_token: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="as src_token, for the target language (NLLB zho_Hant rather than the "
+        "zho_Hans that zh finds)",
+        json_schema_extra=HASHED_WHEN_SET,
+    )
     weights: dict[str, float] = Field(
         default_factory=dict,
         description="ensemble weight per model input (model, model2, ...); unnamed ones weigh "

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field, StringConstraints, model_validator
 
 from mtcore.api import CatalogEntry, DataError, Pair, PluginConfig, Source
+from mtcore_plugins.common.mirror import mirror_base, replicas_allowed
 from mtcore_plugins.sources._index import (
     Resolved,
     address,
@@ -32,7 +33,6 @@ from mtcore_plugins.sources._index import (
     sacrebleu_resolve,
     sacrebleu_sets,
 )
-from mtcore_plugins.sources._mirror import mirror_base, replicas_allowed
 from mtcore_plugins.sources.url import LangCode, UrlSource
 
 _URL = UrlSource.Config.model_fields

@@ -14,9 +14,9 @@ or ``columns`` reruns the read only; the archive stays in the cache.
 Without ``sha256`` nothing guards against the server changing the file between two resumed
 attempts; the actual hash is logged so it can be pinned.
 
-With ``$MTCORE_MIRROR`` set, every address is fetched from that mirror instead (:mod:`._mirror`:
-an internal copy of the real files, pins final; the dress rehearsal's replicas only with
-``$MTCORE_MIRROR_REPLICAS=1``).
+With ``$MTCORE_MIRROR`` set, every address is fetched from that mirror instead
+(:mod:`mtcore_plugins.common.mirror`: an internal copy of the real files, pins final; the dress
+rehearsal's replicas only with ``$MTCORE_MIRROR_REPLICAS=1``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,14 @@ from mtcore.api import (
     Source,
     cache_home,
 )
-from mtcore_plugins.sources._download import Downloader, FileSpec
+from mtcore_plugins.common.download import Downloader, FileSpec
+from mtcore_plugins.common.lockfile import active_lock
+from mtcore_plugins.common.mirror import (
+    mirror_address,
+    mirror_base,
+    replica_hashes,
+    replicas_allowed,
+)
 from mtcore_plugins.sources._layout import (
     FORMAT_FIELD,
     MEMBER_FIELD,
@@ -54,13 +61,6 @@ from mtcore_plugins.sources._layout import (
     layout,
     read_layout,
     text_format,
-)
-from mtcore_plugins.sources._lockfile import active_lock
-from mtcore_plugins.sources._mirror import (
-    mirror_address,
-    mirror_base,
-    replica_hashes,
-    replicas_allowed,
 )
 
 log = logging.getLogger("mtcore.sources.url")
@@ -204,7 +204,8 @@ class UrlSource(Source):
     def fetched_specs(self) -> list[FileSpec]:
         """``specs`` as downloaded: through ``$MTCORE_MIRROR`` when it is set, each checked
         against its pinned hash; a replica against the hash the mirror gives for it only when
-        the user accepts replicas (``$MTCORE_MIRROR_REPLICAS=1``, :mod:`._mirror`)."""
+        the user accepts replicas (``$MTCORE_MIRROR_REPLICAS=1``,
+        :mod:`mtcore_plugins.common.mirror`)."""
         base = mirror_base()
         if base is None:
             return self.specs()

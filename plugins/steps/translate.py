@@ -10,6 +10,11 @@ resumes without translating finished shards again.
 ``backend`` picks the decoder: fairseq (the default), or CTranslate2 on the checkpoint
 converted once (``ct2_convert``), with ``compute_type`` such as int8; ``auto`` falls back to
 fairseq, saying why, for what does not convert (ensembles, B2T, DLCL, adapters, Evolved).
+
+The ``model`` may also be a pretrained model of the recipe's ``models`` section (an OPUS-MT,
+M2M-100 or NLLB teacher, :mod:`~mtcore_plugins.common.pretrained`): it decodes with CTranslate2
+whatever ``backend`` says, with its own tokenizer (no ``spm`` input) and, for a multilingual
+model, the target language's token as the prefix.
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ from mtcore_plugins.common.decoding import (
     weigh_models,
 )
 from mtcore_plugins.common.nbest import NBestWriter
+from mtcore_plugins.common.pretrained import (
+    ARTIFACT_TYPE,
+    PretrainedTokens,
+    check_pretrained,
+    converted_pretrained,
+    language_token,
+)
 from mtcore_plugins.common.translate_config import TranslateConfig, worker_threads
 
 __all__ = ["MODEL_ROLES", "TranslateConfig", "TranslateStep", "Translator", "check_members"]
@@ -66,7 +78,7 @@ class TranslateStep(Step[TranslateConfig]):
     inputs: ClassVar[dict[str, bool]] = {
         "model": True,
         "corpus": True,
-        "spm": True,
+        "spm": False,  # required by a fairseq model; a pretrained one has its tokenizer
         **{role: False for role in MODEL_ROLES[1:]},
     }
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest")
@@ -87,9 +99,21 @@ class TranslateStep(Step[TranslateConfig]):
             )
         members = {r: a for r, a in ctx.inputs.items() if r in MODEL_ROLES}
         # Checked here, before any worker starts, so that a wrong model is one clear error.
-        check_members(self.config.src, self.config.tgt, self.config.weights, ctx.step_id, members)
+        if pretrained(members):
+            check_pretrained_member(self.config, ctx.step_id, members)
+            ct2 = str(converted_pretrained(members["model"]))
+            ctx.metrics["backend"] = "ctranslate2"
+        else:
+            check_members(
+                self.config.src, self.config.tgt, self.config.weights, ctx.step_id, members
+            )
+            if "spm" not in ctx.inputs:
+                raise DataError(
+                    f"{ctx.step_id}: input spm is not connected; a fairseq model needs the "
+                    "SentencePiece model of its data (a pretrained model brings its tokenizer)"
+                )
+            ct2 = ct2_model(self.config, members, ctx)
         threads = torch.get_num_threads()
-        ct2 = ct2_model(self.config, members, ctx)
         try:
             self._translate(ctx, corpus, corpus.langs.index(self.config.src), ct2)
         finally:
@@ -181,6 +205,26 @@ def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepCo
     return str(path)
 
 
+def pretrained(members: dict[str, Artifact]) -> bool:
+    return members["model"].meta.get("type") == ARTIFACT_TYPE
+
+
+def check_pretrained_member(
+    config: TranslateConfig, step_id: str, members: dict[str, Artifact]
+) -> None:
+    """One pretrained model that has both languages (CTranslate2 has no ensembles)."""
+    if len(members) > 1:
+        raise DataError(
+            f"{step_id}: input model is a pretrained model; it decodes alone (CTranslate2 has "
+            f"no ensembles), not with {', '.join(r for r in members if r != 'model')}"
+        )
+    model = members["model"]
+    where = f"{step_id}: input model ({model.path})"
+    check_pretrained(where, model.meta, config.src, config.tgt)
+    language_token(model.meta, config.src, where, config.src_token)
+    language_token(model.meta, config.tgt, where, config.tgt_token)
+
+
 def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult:
     """Executor task: the 1-best (and n-best) translations of one shard, and its counters.
     ``ct2``: the converted model to decode with CTranslate2, or empty for fairseq."""
@@ -193,6 +237,11 @@ def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult
 
     def load() -> Translator | Ct2Translator:
         config = TranslateConfig.model_validate_json(settings)
+        if pretrained(job.inputs):
+            tokens = PretrainedTokens.load(
+                job.inputs["model"], config.src, config.tgt, config.src_token, config.tgt_token
+            )
+            return Ct2Translator(config, job, Path(ct2), threads, tokens)
         return Ct2Translator(config, job, Path(ct2), threads) if ct2 else Translator(config, job)
 
     # loaded by the first shard, kept for the next ones; one translator per worker at a time

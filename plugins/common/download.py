@@ -27,7 +27,7 @@ from mtcore.api import (
     hash_file,
     open_lock,
 )
-from mtcore_plugins.sources._lockfile import LockFile
+from mtcore_plugins.common.lockfile import LockFile
 
 log = logging.getLogger("mtcore.sources.url")
 
@@ -129,7 +129,7 @@ class NoDowngrade(urllib.request.HTTPRedirectHandler):
 
 class Downloader:
     """Fetches files into ``cache``: resume from ``.part``, verify, rename into place. An
-    unpinned file is checked against the run's lock file (:mod:`._lockfile`) where it has an
+    unpinned file is checked against the run's lock file (:mod:`.lockfile`) where it has an
     entry, and recorded there where it has none."""
 
     def __init__(

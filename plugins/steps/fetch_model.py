@@ -1,0 +1,220 @@
+"""The step every ``models`` entry becomes: fetches a pretrained translation model (a Hugging
+Face repository at a revision, or a local directory) into the workdir as a model artifact.
+
+``hf:ORG/NAME`` files come from ``https://huggingface.co/ORG/NAME/resolve/REVISION/FILE``
+through the same downloader as the ``url`` source: resumed from a ``.part`` file, retried,
+checked against ``sha256`` pins, recorded in the recipe's lock file on first download, and read
+from ``$MTCORE_MIRROR`` when it is set (a cluster without internet, the offline rehearsal). Pin
+``revision`` to a commit: a branch such as ``main`` moves, and the lock file then stops the run
+when a file changes. What is fetched is checked as data (:mod:`~mtcore_plugins.common
+.pretrained`): no ``auto_map``, transformers' own tokenizer classes, safetensors weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from mtcore.api import (
+    NOT_IDENTITY,
+    DataError,
+    PluginConfig,
+    Registry,
+    Step,
+    StepContext,
+    cache_home,
+    content_hash,
+    write_artifact_meta,
+)
+from mtcore_plugins.common.download import Downloader, FileSpec
+from mtcore_plugins.common.lockfile import active_lock
+from mtcore_plugins.common.mirror import (
+    mirror_address,
+    mirror_base,
+    replica_hashes,
+    replicas_allowed,
+)
+from mtcore_plugins.common.pretrained import (
+    ARTIFACT_TYPE,
+    PICKLED_WEIGHTS,
+    WEIGHTS,
+    check_config,
+    languages,
+    model_files,
+    safetensors_from_pickle,
+    tokenizer_class,
+)
+
+HUB = "https://huggingface.co"
+SMALL = 16 << 20  # the largest JSON file read (config, tokenizer config)
+
+
+class FetchModelConfig(PluginConfig):
+    id: str = Field(
+        pattern=r"^(hf:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}|\S.{0,4095})$",
+        description="hf:ORG/NAME (a Hugging Face repository), or the path of a local directory "
+        "holding such a model's files",
+    )
+    revision: str = Field(
+        "main",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        description="hf: the commit (40 hex digits: pinned) or branch or tag to fetch",
+    )
+    sha256: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="file name -> expected sha256 (64 hex digits); unpinned files are recorded "
+        "in the recipe's lock file on first download",
+    )
+    weights: Literal["safetensors", "bin"] = Field(
+        "safetensors",
+        description="safetensors: model.safetensors; bin: pytorch_model.bin, read with "
+        "torch.load(weights_only=True) and kept as safetensors (for repositories without one)",
+    )
+    max_bytes: int = Field(
+        64 << 30, ge=1, le=1 << 50, description="largest file accepted (bytes)",
+        json_schema_extra=NOT_IDENTITY,
+    )  # fmt: skip
+    timeout: float = Field(60.0, gt=0, le=3600, json_schema_extra=NOT_IDENTITY)
+    retries: int = Field(3, ge=0, le=20, json_schema_extra=NOT_IDENTITY)
+    backoff: float = Field(1.0, ge=0, le=60, json_schema_extra=NOT_IDENTITY)
+
+    @field_validator("sha256")
+    @classmethod
+    def _hashes(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, digest in value.items():
+            if len(digest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digest):
+                raise ValueError(f"sha256 of {name!r} must be 64 hex digits, not {digest!r}")
+        return {name: digest.lower() for name, digest in value.items()}
+
+    @model_validator(mode="after")
+    def _local(self) -> FetchModelConfig:
+        if not self.id.startswith("hf:") and self.revision != "main":
+            raise ValueError("revision is for hf: ids; a local directory is read as it is")
+        return self
+
+
+class FetchModelStep(Step[FetchModelConfig]):
+    """A pretrained model (``model``): its files, checked, with an artifact description the
+    decoders read (type ``pretrained-model``, architecture, tokenizer, languages, each file's
+    sha256)."""
+
+    name = "fetch_model"
+    fetches_model = True
+    outputs: ClassVar[tuple[str, ...]] = ("model",)
+
+    def fingerprint(self, registry: Registry) -> str:
+        """A local directory's files (by content, remembered by size and mtime); for hf: the
+        mirror, when one is set (the id, revision and pins are settings)."""
+        cfg = self.config
+        if not cfg.id.startswith("hf:"):
+            root = Path(cfg.id).expanduser()
+            files = sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else []
+            return json.dumps({p.name: content_hash(p) for p in files})
+        base = mirror_base()
+        return json.dumps({"mirror": base, "replicas": replicas_allowed()}) if base else ""
+
+    def run(self, ctx: StepContext) -> None:
+        out = ctx.output("model")
+        cfg = self.config
+        where = f"models.{ctx.step_id} ({cfg.id})"
+        fetch = self._hub_file(ctx) if cfg.id.startswith("hf:") else self._local_file(where)
+        config = read_json(fetch("config.json"), "config.json", where)
+        model_type = check_config(config, where)
+        tok_config = read_json(fetch("tokenizer_config.json"), "tokenizer_config.json", where)
+        tokenizer = tokenizer_class(model_type, tok_config, where)
+        hashes: dict[str, str] = {}
+        for name in model_files(tokenizer):
+            if name == WEIGHTS and cfg.weights == "bin":
+                pickled = fetch(PICKLED_WEIGHTS)
+                safetensors_from_pickle(pickled, out / WEIGHTS)
+            else:
+                place(fetch(name), out / name, link=cfg.id.startswith("hf:"))
+            hashes[name] = content_hash(out / name)
+            ctx.stats.add("fetch_model.files")
+            ctx.stats.add("fetch_model.bytes", (out / name).stat().st_size)
+        positions = config.get("max_position_embeddings")
+        write_artifact_meta(
+            out,
+            type=ARTIFACT_TYPE,
+            id=cfg.id,
+            revision=cfg.revision if cfg.id.startswith("hf:") else None,
+            model_type=model_type,
+            tokenizer=tokenizer,
+            languages=languages(out, tokenizer),
+            max_positions=positions if isinstance(positions, int) else None,
+            files=hashes,
+        )
+
+    def _local_file(self, where: str) -> Any:
+        root = Path(self.config.id).expanduser()
+        if not root.is_dir():
+            raise DataError(f"{where}: no such directory (give hf:ORG/NAME or a model directory)")
+
+        def fetch(name: str) -> Path:
+            path = root / name
+            if not path.is_file():
+                present = ", ".join(sorted(p.name for p in root.iterdir())[:20])
+                raise DataError(f"{where}: {path} is missing (the directory has: {present})")
+            pinned = self.config.sha256.get(name)
+            if pinned and content_hash(path) != pinned:
+                raise DataError(f"{where}: {path} has sha256 {content_hash(path)}, not {pinned}")
+            return path
+
+        return fetch
+
+    def _hub_file(self, ctx: StepContext) -> Any:
+        cfg = self.config
+        repo = cfg.id.removeprefix("hf:")
+        base = mirror_base()
+        replicas = replica_hashes(base, cfg.timeout) if base else {}
+        lock = None if base and replicas_allowed() else active_lock()
+        downloader = Downloader(
+            cache_home() / "downloads", cfg.timeout, cfg.retries, cfg.backoff, ctx.stats, lock
+        )
+
+        def fetch(name: str) -> Path:
+            url = f"{HUB}/{repo}/resolve/{cfg.revision}/{name}"
+            limit = SMALL if name.endswith(".json") else cfg.max_bytes
+            spec = FileSpec(url=url, sha256=cfg.sha256.get(name), max_bytes=limit)
+            if base:
+                copy = {"url": mirror_address(url, base), "sha256": replicas.get(url, spec.sha256)}
+                spec = spec.model_copy(update=copy)
+            try:
+                return downloader.fetch(spec)
+            except DataError as exc:
+                hint = ""
+                if "HTTP 404" in str(exc) and name == WEIGHTS:
+                    hint = f" (a repository with {PICKLED_WEIGHTS} only: set weights: bin)"
+                elif "HTTP 404" in str(exc):
+                    hint = f" ({cfg.id} at revision {cfg.revision} has no {name})"
+                raise DataError(f"models.{ctx.step_id}: {exc}{hint}") from exc
+
+        return fetch
+
+
+def read_json(path: Path, name: str, where: str) -> Any:
+    if path.stat().st_size > SMALL:
+        raise DataError(f"{where}: {name} is over {SMALL} bytes; not a model's {name}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{where}: {name} is not JSON: {exc}") from None
+
+
+def place(source: Path, target: Path, link: bool) -> None:
+    """``source`` at ``target``: with ``link``, a hard link where both share a file system (a
+    cached download is never written to again), else a copy (a user's directory may be)."""
+    target.unlink(missing_ok=True)
+    if link:
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass
+    shutil.copyfile(source, target)

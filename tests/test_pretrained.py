@@ -1,0 +1,234 @@
+"""Pretrained models by id (the recipe's ``models`` section) as teachers: tiny random OPUS-MT
+(Marian), M2M-100 and NLLB models built here with transformers' own classes, fetched as
+``hf:`` ids through a mirror (resumable, checksummed, locked) or from a directory, checked as
+data, and decoded by the translate step with CTranslate2 exactly as transformers' own greedy
+search decodes them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mtcore.cli.app import cli
+from mtcore.contracts.errors import RecipeError
+from mtcore.contracts.registry import load_registry
+from mtcore.data.corpus import Corpus
+from mtcore.recipe.load import load_recipe
+from mtcore_plugins.common.pretrained import load_tokenizer
+
+from .conftest import ENJA
+from .test_sources import LoopbackServer
+from .test_sources_ids import loopback  # noqa: F401 (a fixture)
+from .tiny_pretrained import build, greedy
+
+pytestmark = pytest.mark.skipif(not ENJA.is_dir(), reason=f"real data not found at {ENJA}")
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+TARGET = {"marian": None, "m2m100": "__ja__", "nllb": "jpn_Jpan"}
+
+
+def lines(split: str, lang: str, n: int) -> list[str]:
+    return (ENJA / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """One tiny model per family, its SentencePiece model trained on real en and ja lines."""
+    root = tmp_path_factory.mktemp("pretrained")
+    text = lines("train", "en", 400) + lines("train", "ja", 400)
+    return {family: build(family, text, root / family) for family in TARGET}
+
+
+def teacher_recipe(tmp_path: Path, model: dict[str, Any], **translate: Any) -> dict[str, Any]:
+    translate = {k: v for k, v in translate.items() if v is not None}
+    """A test set (real en-ja lines, one source empty) translated en->ja by ``models.teacher``."""
+    src, ref = lines("test", "en", 12), lines("test", "ja", 12)
+    src[5] = ""
+    (tmp_path / "t.en").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "t.ja").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    files = {"en": str(tmp_path / "t.en"), "ja": str(tmp_path / "t.ja")}
+    return {
+        "name": "teacher",
+        "directions": ["en-ja"],
+        "executor": {"workers": 1},
+        "data": {"test": {"source": "local", "files": files, "input": {"empty": "keep"}}},
+        "models": {"teacher": model},
+        "steps": {
+            "bt": {
+                "kind": "translate",
+                "inputs": {"model": "teacher", "corpus": "test"},
+                **{"src": "en", "tgt": "ja", "beam": 1, **translate},
+            }
+        },
+    }
+
+
+def serve(server: LoopbackServer, repo: str, model: Path) -> dict[str, bytes]:
+    files = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
+    for name, body in files.items():
+        server.files[f"/huggingface.co/{repo}/resolve/{REVISION}/{name}"] = body
+    return files
+
+
+def output(work: Path, step: str, output: str = "hyp") -> list[str]:
+    (folder,) = (work / "steps").glob(f"{step}-*")
+    corpus = Corpus.open(folder / output)
+    return corpus.file(corpus.langs[0]).read_text(encoding="utf-8").splitlines()
+
+
+def reference(model: Path, family: str, sources: list[str]) -> list[str]:
+    """transformers' greedy translation of each non-empty source under the step's cap
+    (1.5 * source tokens + 10, the tokenizer's EOS and language token counted)."""
+    tok = load_tokenizer(model)
+    caps = [min(math.floor(len(tok(s)["input_ids"]) * 1.5 + 10), 62) for s in sources]
+    return greedy(model, sources, TARGET[family], caps)
+
+
+@pytest.mark.parametrize("family", list(TARGET))
+def test_a_hub_teacher_fetched_through_a_mirror_decodes_as_transformers_does(
+    family: str,
+    models: dict[str, Path],
+    tmp_path: Path,
+    write_recipe,
+    monkeypatch,
+    loopback,  # noqa: F811
+) -> None:
+    """``{hf: ORG/NAME, revision: COMMIT}`` through ``$MTCORE_MIRROR`` (a true copy): every
+    file the family needs comes from the mirror at the hub's address and is locked; the
+    translate step decodes with CTranslate2 and the model's own tokenizer, the target language
+    as prefix, and its 1-best is transformers' greedy search line for line (an empty source
+    gives an empty output); a second run fetches nothing."""
+    repo = f"tiny-org/{family}-en-ja"
+    server = LoopbackServer()
+    served = serve(server, repo, models[family])
+    monkeypatch.setenv("MTCORE_MIRROR", server.url(""))
+    doc = teacher_recipe(tmp_path, {"hf": repo, "revision": REVISION})
+    recipe = write_recipe(doc, "teacher.yaml")
+    try:
+        for again in (False, True):  # fetched and decoded once: the second run asks nothing
+            before = len(server.requests)
+            done = CliRunner().invoke(cli, ["run", "-q", str(recipe), "-w", str(tmp_path / "w")])
+            assert done.exit_code == 0, done.output
+            assert (len(server.requests) == before) == again
+    finally:
+        server.close()
+    asked = {path.rsplit("/", 1)[1] for path, _ in server.requests}
+    assert "model.safetensors" in asked and "config.json" in asked
+    assert asked <= set(served)
+    (folder,) = (tmp_path / "w" / "steps").glob("teacher-*")
+    meta = json.loads((folder / "model" / "artifact.json").read_text())
+    assert meta["type"] == "pretrained-model" and meta["id"] == f"hf:{repo}"
+    assert (
+        meta["files"]["model.safetensors"]
+        == hashlib.sha256(served["model.safetensors"]).hexdigest()
+    )
+    locked = json.loads((tmp_path / "teacher.lock").read_text())["files"]
+    assert len(locked) == len(asked)
+    sources = lines("test", "en", 12)
+    got = output(tmp_path / "w", "bt")
+    assert got[5] == "" and len(got) == 12
+    expected = reference(models[family], family, sources)
+    assert [g for i, g in enumerate(got) if i != 5] == [e for i, e in enumerate(expected) if i != 5]
+    assert all(got[i] for i in range(12) if i != 5)  # a random model still writes something
+
+
+def run_teacher(
+    tmp_path: Path, write_recipe, name: str, model: dict[str, Any], **translate: Any
+) -> Any:
+    """``mtcore run`` of :func:`teacher_recipe` in workdir ``tmp_path/name``."""
+    recipe = write_recipe(teacher_recipe(tmp_path, model, **translate), f"{name}.yaml")
+    return CliRunner().invoke(cli, ["run", "-q", str(recipe), "-w", str(tmp_path / name)])
+
+
+def test_a_local_directory_is_a_teacher_and_its_language_tokens_are_checked(
+    models: dict[str, Path], tmp_path: Path, write_recipe
+) -> None:
+    """A directory id (an NLLB model) decodes as the hub id would; ``tgt_token`` picks
+    another script of the target (``zho_Hant`` for a zh-TW recipe); a language the model has
+    no token for is an error naming it, before any line is decoded."""
+    nllb = {"id": str(models["nllb"])}
+    scores = {}
+    for name, token in (("w", None), ("o", "zho_Hant")):
+        done = run_teacher(tmp_path, write_recipe, name, nllb, nbest=1, tgt_token=token)
+        assert done.exit_code == 0, done.output
+        (nbest,) = (tmp_path / name / "steps").glob("bt-*/nbest/*.jsonl")
+        scores[name] = [line for line in nbest.read_text(encoding="utf-8").splitlines()]
+    sources = lines("test", "en", 12)
+    tok = load_tokenizer(models["nllb"])
+    caps = [min(math.floor(len(tok(s)["input_ids"]) * 1.5 + 10), 62) for s in sources]
+    expected = greedy(models["nllb"], sources, "zho_Hant", caps)
+    got = output(tmp_path / "o", "bt")
+    assert [g for i, g in enumerate(got) if i != 5] == [e for i, e in enumerate(expected) if i != 5]
+    assert scores["w"] != scores["o"]  # the prefix token is the one named
+    done = run_teacher(tmp_path, write_recipe, "b", {"id": str(models["m2m100"])}, tgt="tlh")
+    assert done.exit_code != 0
+    assert "no language token for 'tlh'" in done.output and "tgt_token" in done.output
+
+
+class Exploit:
+    """Unpickling this would run a shell command."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import os
+
+        return (os.system, ("touch /tmp/mtcore-pwned",))
+
+
+def copy_model(model: Path, dest: Path) -> Path:
+    dest.mkdir()
+    for path in model.iterdir():
+        if path.is_file():
+            (dest / path.name).write_bytes(path.read_bytes())
+    return dest
+
+
+def test_a_model_is_data_never_code(models: dict[str, Path], tmp_path: Path, write_recipe) -> None:
+    """A config with an ``auto_map`` (the repository's own code) is refused; a pickled
+    ``pytorch_model.bin`` is read with the safe loader: a plain state dict becomes safetensors
+    and decodes as the safetensors model does, a pickle that would run code is refused."""
+    import torch
+    from safetensors.torch import load_file
+
+    def run(model: Path, name: str, **entry: Any) -> Any:
+        return run_teacher(tmp_path, write_recipe, name, {"id": str(model), **entry})
+
+    coded = copy_model(models["marian"], tmp_path / "coded")
+    config = json.loads((coded / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
+    (coded / "config.json").write_text(json.dumps(config))
+    done = run(coded, "coded")
+    assert done.exit_code != 0 and "auto_map" in done.output and "never runs" in done.output
+
+    pickled = copy_model(models["marian"], tmp_path / "pickled")
+    state = load_file(str(pickled / "model.safetensors"))
+    (pickled / "model.safetensors").unlink()
+    torch.save(state, pickled / "pytorch_model.bin")
+    assert run(pickled, "pickled", weights="bin").exit_code == 0
+    assert run(models["marian"], "plain").exit_code == 0
+    assert output(tmp_path / "pickled", "bt") == output(tmp_path / "plain", "bt")
+
+    evil = copy_model(models["marian"], tmp_path / "evil")
+    (evil / "model.safetensors").unlink()
+    (evil / "pytorch_model.bin").write_bytes(pickle.dumps({"weight": Exploit()}))
+    done = run(evil, "evil", weights="bin")
+    assert done.exit_code != 0 and "weights_only" in done.output
+    assert not Path("/tmp/mtcore-pwned").exists()
+
+
+def test_models_entries_are_validated_with_the_recipe(write_recipe, tmp_path: Path) -> None:
+    doc = teacher_recipe(tmp_path, {"hf": "org/name", "revision": "main", "weights": "onnx"})
+    doc["models"]["test"] = {"hf": "org/other"}
+    doc["steps"]["teacher"] = {"kind": "translate"}
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(write_recipe(doc), load_registry())
+    text = str(caught.value)
+    assert "models.teacher.weights" in text
+    assert "models.test: name is also the name of a data entry" in text
+    assert "steps.teacher: id is also the name of a models entry" in text
