@@ -139,6 +139,7 @@ if TYPE_CHECKING:
     )
     from mtcore.contracts.step import (
         Artifact as Artifact,
+        ModelExport as ModelExport,
         Step as Step,
         StepContext as StepContext,
         thread_count as thread_count,

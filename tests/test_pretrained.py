@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from mtcore.cli.app import cli
@@ -232,3 +233,121 @@ def test_models_entries_are_validated_with_the_recipe(write_recipe, tmp_path: Pa
     assert "models.teacher.weights" in text
     assert "models.test: name is also the name of a data entry" in text
     assert "steps.teacher: id is also the name of a models entry" in text
+
+
+def test_the_documented_models_section_loads(write_recipe, tmp_path: Path) -> None:
+    """docs/decoding.md's ``models`` example is a valid recipe section: three fetch_model
+    steps and a translate step reading one of them without spm."""
+    page = (Path(__file__).parents[1] / "docs" / "decoding.md").read_text(encoding="utf-8")
+    section = page.split("## Pretrained models", 1)[1]
+    block = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    doc = teacher_recipe(tmp_path, {"hf": "org/name"})
+    doc["data"]["mono_ja"] = doc["data"].pop("test")
+    doc["models"], doc["steps"] = block["models"], block["steps"]
+    recipe = load_recipe(write_recipe(doc), load_registry())
+    kinds = {name: spec.kind for name, spec in recipe.steps.items()}
+    assert kinds == {"mono_ja": "fetch", "opus_enja": "fetch_model", "m2m": "fetch_model",
+                     "nllb_local": "fetch_model", "bt_mono": "translate"}  # fmt: skip
+    assert recipe.steps["m2m"].plugin.config.id == "hf:facebook/m2m100_418M"
+
+
+def test_export_ctranslate2_writes_what_ctranslate2_loads_and_measures_quantization(
+    models: dict[str, Path], tmp_path: Path, write_recipe
+) -> None:
+    """``mtcore export --format ctranslate2`` of a stage decoded by an M2M-100 teacher: a
+    directory CTranslate2's own Translator loads, with the tokenizer files beside it, that
+    translates the test set as the run did (float32), and ``mtcore_export.json`` with the
+    search settings, the target prefix and the BLEU the quantization costs (int8 measured
+    against the unquantized model on the stage's test set); over the tolerance nothing is
+    written."""
+    import ctranslate2
+
+    doc = teacher_recipe(tmp_path, {"id": str(models["m2m100"])})
+    doc["steps"]["eval_teacher_enja"] = {
+        "kind": "evaluate",
+        "inputs": {"hyp": "bt", "ref": "test"},
+        "metrics": ["bleu"],
+    }
+    recipe = write_recipe(doc)
+    work = tmp_path / "w"
+    runner = CliRunner()
+    done = runner.invoke(cli, ["run", "-q", str(recipe), "-w", str(work)])
+    assert done.exit_code == 0, done.output
+    base = ["export", str(recipe), "-w", str(work), "--format", "ctranslate2"]
+    out = tmp_path / "ct2"
+    done = runner.invoke(cli, [*base, "--quantization", "float32", "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    info = json.loads((out / "mtcore_export.json").read_text())
+    assert info["search"]["target_prefix"] == ["__ja__"] and info["step"] == "bt"
+    assert info["quantization_check"]["loss"] == 0.0 and info["quantization_check"]["lines"] == 12
+    assert {"model.bin", "sentencepiece.bpe.model", "vocab.json"} <= {p.name for p in out.iterdir()}
+    # CTranslate2 and transformers alone, from the exported directory: the run's translations
+    tok = load_tokenizer(out)
+    tok.src_lang = "en"
+    sources = lines("test", "en", 12)
+    kept = [i for i in range(12) if i != 5]
+    translator = ctranslate2.Translator(str(out))
+    texts = []
+    for i in kept:  # one at a time, each under its own cap (+ the prefix)
+        ids = tok(sources[i])["input_ids"]
+        (found,) = translator.translate_batch(
+            [tok.convert_ids_to_tokens(ids)], target_prefix=[["__ja__"]], beam_size=1,
+            min_decoding_length=2, max_decoding_length=min(math.floor(len(ids) * 1.5 + 10), 62) + 1,
+        )  # fmt: skip
+        tokens = tok.convert_tokens_to_ids(found.hypotheses[0][1:])
+        texts.append(tok.decode(tokens, skip_special_tokens=True))
+    hyps = output(work, "bt")
+    assert [t.strip() for t in texts] == [hyps[i] for i in kept]
+    done = runner.invoke(cli, [*base, "--quantization", "int8", "-o", str(tmp_path / "q")])
+    assert done.exit_code == 0, done.output
+    check = json.loads((tmp_path / "q" / "mtcore_export.json").read_text())["quantization_check"]
+    assert check["quantization"] == "int8" and "BLEU" in done.output
+    assert check["signature"].startswith("nrefs:1") and "tok:ja-mecab" in check["signature"]
+
+
+def test_a_quantization_that_costs_more_than_the_tolerance_writes_nothing(
+    models: dict[str, Path], tmp_path: Path, write_recipe
+) -> None:
+    """The gate itself: an export whose written model translated worse than the unquantized
+    one (here its outputs cut to half) by more than the tolerance is refused, naming both
+    scores, and leaves no directory."""
+    from mtcore.system.export import export_model_format
+    from mtcore.system.inference import Translator
+
+    doc = teacher_recipe(tmp_path, {"id": str(models["marian"])})
+    ref = lines("test", "ja", 12)
+    doc["steps"]["eval_teacher_enja"] = {
+        "kind": "evaluate", "inputs": {"hyp": "bt", "ref": "test"}, "metrics": ["bleu"],
+    }  # fmt: skip
+    recipe_path = write_recipe(doc)
+    assert (
+        CliRunner()
+        .invoke(cli, ["run", "-q", str(recipe_path), "-w", str(tmp_path / "w")])
+        .exit_code
+        == 0
+    )
+    registry = load_registry()
+    recipe = load_recipe(recipe_path, registry)
+    system = Translator.from_run(recipe, registry, tmp_path / "w")
+    step = next(r for r in system.replays if r.kind == "translate")
+    real = type(step.plugin).export_model
+
+    def worse(self, *args: Any) -> Any:
+        made = real(self, *args)
+
+        def halved(lines: list[str], exported: bool) -> list[str]:
+            assert len(lines) == len(ref)  # the test set, as the run fed it
+            return [r[: len(r) // 2] if exported else r for r in ref]
+
+        made.decode = halved
+        return made
+
+    type(step.plugin).export_model = worse
+    try:
+        with pytest.raises(Exception) as caught:
+            export_model_format(recipe, registry, system, tmp_path / "w", tmp_path / "out",
+                                "ctranslate2", "int8", 1.0)  # fmt: skip
+    finally:
+        type(step.plugin).export_model = real
+    assert "export refused" in str(caught.value) and "over the tolerance 1.0" in str(caught.value)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))

@@ -142,6 +142,29 @@ def translate(
     type=click.Path(file_okay=False, path_type=Path),
     help="A new directory for the system.",
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mtcore", "ctranslate2"]),
+    default="mtcore",
+    show_default=True,
+    help="mtcore: the whole stage, for mtcore translate --system; ctranslate2: the stage's "
+    "model as a directory CTranslate2's Translator loads, its tokenizer beside it.",
+)
+@click.option(
+    "--quantization",
+    default="int8",
+    show_default=True,
+    help="ctranslate2: the weights' type (int8, int8_float16, float16, bfloat16, float32, ...).",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0.0, 100.0),
+    default=1.0,
+    show_default=True,
+    help="ctranslate2: the most BLEU the quantized model may lose against the unquantized one "
+    "on the stage's test set; over it nothing is written.",
+)
 def export(
     recipe: Path,
     profile: str | None,
@@ -150,17 +173,33 @@ def export(
     direction: str | None,
     stage: str | None,
     folder: Path,
+    fmt: str,
+    quantization: str,
+    tolerance: float,
 ) -> None:
     """Write a stage of a finished run as a self-contained directory (models, vocabularies,
     SentencePiece and truecase models, rerank weights and feature models, post-processing
-    settings, scores) for mtcore translate --system DIR."""
-    from mtcore.system.export import export_system
+    settings, scores) for mtcore translate --system DIR; or, with --format ctranslate2, its
+    model for CTranslate2, with the BLEU the quantization costs measured."""
+    from mtcore.system.export import export_model_format, export_system
     from mtcore.system.inference import Translator, build_hint
 
     registry, loaded, _ = load(recipe, profile, sets)
     where = default_workdir(loaded, workdir)
     hint = build_hint(recipe, profile, where)
     system = Translator.from_run(loaded, registry, where, direction, stage, build_hint=hint)
+    if fmt != "mtcore":
+        made = export_model_format(
+            loaded, registry, system, where, folder, fmt, quantization, tolerance
+        )
+        check = made["quantization_check"]
+        left = ", ".join(step["id"] for step in made["not_included"]) or "none"
+        click.echo(
+            f"{folder}: {fmt} model of step {made['step']} ({quantization}); BLEU on the "
+            f"stage's test set {check['exported']:.2f}, unquantized {check['unquantized']:.2f}; "
+            f"steps of the stage not in this format: {left}"
+        )
+        return
     info = export_system(loaded, registry, system, where, folder)
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     click.echo(

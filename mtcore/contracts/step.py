@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mtcore.contracts.errors import PluginError
 from mtcore.contracts.plugin import (
     ComponentField,
     ConfigT,
@@ -114,6 +115,20 @@ class StepContext:
         )
 
 
+@dataclass
+class ModelExport:
+    """A model written for another tool (:meth:`Step.export_model`): the languages it
+    translates, what to record about it (``info``: files, decoding settings), and
+    ``decode(lines, exported)``, the model's 1-best translations of source lines, by the
+    written (quantized) model when ``exported``, else by the same model unquantized, so the
+    export can check what quantization cost."""
+
+    src: str
+    tgt: str
+    info: dict[str, Any]
+    decode: Callable[[list[str], bool], list[str]]
+
+
 class Step(Plugin[ConfigT]):
     """A recipe verb. ``inputs`` maps role to whether it is required; ``outputs`` names the
     output directories, the first being the default one a bare reference picks."""
@@ -125,6 +140,9 @@ class Step(Plugin[ConfigT]):
     """Turns one of a recipe's ``data`` entries into a corpus: the recipe builds a step of the
     one installed kind that says so for each entry (settings ``source``, ``config``, and any of
     the entry's keys the kind's config declares)."""
+    export_formats: ClassVar[tuple[str, ...]] = ()
+    """Formats other tools read that :meth:`export_model` writes this step's model in
+    (``ctranslate2``); empty: the step has no model to export."""
     fetches_model: ClassVar[bool] = False
     """Turns one of a recipe's ``models`` entries (a pretrained model by id) into a model
     artifact: the recipe builds a step of the one installed kind that says so for each entry,
@@ -214,6 +232,15 @@ class Step(Plugin[ConfigT]):
         training resumed. The run page draws them and trackers log them. Empty by default;
         read only, called from other threads while the step runs."""
         return {}
+
+    def export_model(
+        self, inputs: dict[str, Artifact], fmt: str, out: Path, quantization: str, registry: Any
+    ) -> ModelExport:
+        """Writes the model this step decodes with (its ``inputs`` as the finished run has
+        them) into the new directory ``out`` in a format other tools read (``mtcore export
+        --format``, one of ``export_formats``), quantized so. Steps that decode with a model
+        implement it; by default a step has none."""
+        raise PluginError(f"step kind {self.name!r} has no model to export as {fmt}")
 
     def for_new_text(self, finished: Path) -> tuple[Step[Any], tuple[str, ...]]:
         """This step as ``mtcore translate`` replays it on new text, given its output directory

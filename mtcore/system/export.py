@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from mtcore import __version__
 from mtcore.contracts.errors import MtcoreError, PluginError
 from mtcore.contracts.registry import Registry
-from mtcore.contracts.step import config_dict
+from mtcore.contracts.step import Artifact, ModelExport, config_dict
 from mtcore.recipe.hashing import hash_file
 from mtcore.recipe.load import VARIADIC, Recipe
 from mtcore.recipe.plan import make_plan, step_dir
@@ -296,3 +296,112 @@ def replay_input(
     if path.parent != (folder / "artifacts").resolve():
         raise MtcoreError(f"{where}: {what!r} resolves outside the system's artifacts/")
     return str(path)
+
+
+EXPORT_FILE = "mtcore_export.json"
+
+
+def export_model_format(
+    recipe: Recipe, registry: Registry, system: Translator, workdir: Path, folder: Path,
+    fmt: str, quantization: str, tolerance: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The model of the stage's decoding step written for another tool into the new directory
+    ``folder`` (``mtcore export --format``), with ``mtcore_export.json``. The written model and
+    the same model unquantized both translate the stage's test set as the run fed it to that
+    step; when quantization costs more than ``tolerance`` BLEU against the stage's references,
+    nothing is written and the error gives both scores."""
+    if folder.exists() and any(folder.iterdir()):
+        raise MtcoreError(f"{folder} exists and is not empty; give a new directory")
+    decoders = [r for r in system.replays if fmt in type(r.plugin).export_formats]
+    if len(decoders) != 1:
+        kinds = sorted({r.kind for r in system.replays})
+        raise MtcoreError(
+            f"stage {system.stage.name!r}: {len(decoders)} steps of its path ({', '.join(kinds)}) "
+            f"write their model as {fmt}; the format holds one"
+        )
+    replay = decoders[0]
+    test = system.test
+    if test is None:
+        raise MtcoreError("export --format needs the finished run (its test set), not a system")
+    inputs = {
+        role: Artifact.open(Path(what))
+        for role, (where, what) in replay.inputs.items()
+        if where == "artifact"
+    }
+    partial = folder.with_name(f".{folder.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        made = replay.plugin.export_model(inputs, fmt, partial, quantization, registry)
+        sources = _fed(test, replay, workdir, make_plan(recipe, registry), made.src)
+        if made.tgt not in test.langs:
+            raise MtcoreError(f"{test.path}: no {made.tgt!r} references (has {test.langs})")
+        references = [pair[test.langs.index(made.tgt)] for pair in test]
+        check = _quantization_check(registry, made, sources, references, made.tgt, quantization)
+        if check["loss"] > tolerance:
+            raise MtcoreError(
+                f"{fmt} export refused: {quantization} scores {check['exported']:.2f} BLEU on "
+                f"the stage's test set ({len(sources)} lines), the unquantized model "
+                f"{check['unquantized']:.2f}: a loss of {check['loss']:.2f}, over the tolerance "
+                f"{tolerance} (export with --quantization float32 or float16, or raise "
+                "--tolerance)"
+            )
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    info = {
+        **made.info,
+        "mtcore": __version__,
+        "recipe": recipe.name,
+        "profile": recipe.profile,
+        "stage": system.stage.name,
+        "step": replay.id,
+        "quantization_check": check,
+        "not_included": [
+            {"id": r.id, "kind": r.kind} for r in system.replays if r is not replay
+        ],  # fmt: skip
+    }
+    (partial / EXPORT_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists():
+        folder.rmdir()  # empty, checked above
+    os.rename(partial, folder)
+    return info
+
+
+def _fed(test: Any, replay: Replay, workdir: Path, plan: list[Any], src: str) -> list[str]:
+    """The source lines the run gave ``replay``'s step: the stage's test set, or the output
+    of the step before it on the path (a normalizer, a truecaser)."""
+    from mtcore.data.corpus import Corpus
+
+    where, what = replay.inputs[type(replay.plugin).streams[0]]
+    if where == "test":
+        corpus = test
+    else:
+        step, output = what.split("/", 1)
+        corpus = Corpus.open(step_dir(workdir, {p.id: p for p in plan}[step]) / output)
+    if src not in corpus.langs:
+        raise MtcoreError(f"{corpus.path}: no {src!r} column to translate (has {corpus.langs})")
+    return [pair[corpus.langs.index(src)] for pair in corpus]
+
+
+def _quantization_check(
+    registry: Registry, made: ModelExport, sources: list[str], references: list[str],
+    tgt: str, quantization: str,
+) -> dict[str, Any]:  # fmt: skip
+    from mtcore.system.metrics import build_metrics
+
+    bleu = build_metrics(registry, ["bleu"])[0]
+    unquantized = made.decode(sources, False)
+    exported = made.decode(sources, True)
+    before = bleu.corpus_score(unquantized, [references], tgt)
+    after = bleu.corpus_score(exported, [references], tgt)
+    same = sum(a == b for a, b in zip(unquantized, exported, strict=True))
+    return {
+        "quantization": quantization,
+        "signature": before.signature,
+        "unquantized": round(before.score, 2),
+        "exported": round(after.score, 2),
+        "loss": round(before.score - after.score, 2),
+        "lines": len(sources),
+        "identical_outputs": round(same / max(len(sources), 1), 4),
+    }
