@@ -312,3 +312,42 @@ def test_killed_translation_resumes_its_finished_shards(
     assert ctx.metrics["backend"] == "ctranslate2"
     assert ctx.metrics["shards_translated"] == 3  # shards 3-5; 1 and 2 were saved
     assert resumed == hyps and texts(resumed_entries) == texts(entries)
+
+
+def test_export_writes_a_model_ctranslate2_loads_as_the_step_decodes_it(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
+    """``export_model`` of a trained fairseq model (``mtcore export --format ctranslate2``):
+    CTranslate2's own Translator, with the SentencePiece model written beside it, translates
+    the dev lines as the step's CTranslate2 backend did (greedy, float32); int8 is written
+    int8 and its decode is the export's own; an ensemble is refused by name."""
+    import ctranslate2
+    import sentencepiece as spm
+
+    data = {**setup, "test": setup["dev"], "model": setup["trained"]}
+    _, expected, _ = translate(data, tmp_path / "run", backend="ctranslate2", beam=1)
+    step = TranslateStep.from_dict({"src": "en", "tgt": "ja", "beam": 1})
+    inputs = {"model": Artifact.open(setup["trained"]), "spm": Artifact.open(setup["spm"])}
+    made = step.export_model(inputs, "ctranslate2", tmp_path / "f32", "float32", load_registry())
+    pieces = spm.SentencePieceProcessor(model_file=str(tmp_path / "f32" / "spm.model"))
+    lines = (setup["dev"] / "corpus.en").read_text(encoding="utf-8").split("\n")[:40]
+    native = ctranslate2.Translator(str(tmp_path / "f32"))
+    got = []
+    for line in lines:  # alone, under the step's cap: 1.5 * (pieces + EOS) + 10
+        source = pieces.encode(line, out_type=str)
+        if not source:  # the step's empty output for an empty source
+            got.append("")
+            continue
+        cap = min(int((len(source) + 1) * 1.5 + 10), made.info["positions"]["target"] - 2)
+        (found,) = native.translate_batch([source], beam_size=1, max_decoding_length=cap,
+                                          min_decoding_length=1)  # fmt: skip
+        got.append(pieces.decode_pieces(found.hypotheses[0]))
+    assert got == expected[:40]
+    assert made.decode(lines, True) == expected[:40] == made.decode(lines, False)
+    quantized = step.export_model(inputs, "ctranslate2", tmp_path / "q", "int8", load_registry())
+    assert len(quantized.decode(lines, True)) == 40
+    sizes = [(tmp_path / name / "model.bin").stat().st_size for name in ("q", "f32")]
+    assert sizes[0] < sizes[1] * 0.6  # int8 weights: about a quarter of float32's, plus the rest
+    ensemble = {**inputs, "model2": Artifact.open(setup["trained"])}
+    with pytest.raises(DataError, match="ensemble"):
+        step.export_model(ensemble, "ctranslate2", tmp_path / "e", "int8", load_registry())

@@ -169,14 +169,14 @@ class FairseqSpecConverter:
         self.plugins, self.registry = plugins, registry
         self.limits: list[int | None] = [None, None]
 
-    def convert(self, output_dir: str, force: bool = False) -> str:
+    def convert(self, output_dir: str, force: bool = False, quantization: str | None = None) -> str:
         owner = self
 
         class _Converter(_converter_base()):  # type: ignore[misc]
             def _load(self) -> Any:
                 return owner.spec()
 
-        return str(_Converter().convert(output_dir, force=force))
+        return str(_Converter().convert(output_dir, force=force, quantization=quantization))
 
     def spec(self) -> Any:
         import torch
