@@ -351,3 +351,68 @@ def test_a_quantization_that_costs_more_than_the_tolerance_writes_nothing(
         type(step.plugin).export_model = real
     assert "export refused" in str(caught.value) and "over the tolerance 1.0" in str(caught.value)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_a_masked_lm_by_id_scores_segmented_hypotheses(
+    tmp_path: Path,
+    write_recipe,
+    monkeypatch,
+    loopback,  # noqa: F811
+) -> None:
+    """A masked LM named by id (``{hf: ORG/NAME}``, a tiny BERT whose vocabulary is MeCab's
+    words of real Japanese) is fetched as a ``masked_lm`` model and read by the ``masked_lm``
+    rerank feature through the input it is connected to; ``pretokenize: words`` scores the
+    hypothesis as MeCab's words joined by spaces (what a model trained on segmented text
+    reads), which unsegmented input is not; a translation model in its place is refused."""
+    from mtcore_plugins.common.tokens import tokens
+
+    from .conftest import tiny_bert
+
+    text = lines("train", "ja", 200)
+    units = sorted({w for line in text for w in tokens(line, "ja")})
+    model_dir = tmp_path / "bert"
+    tok, model = tiny_bert(model_dir, units, hidden=32, positions=128)
+    tok.save_pretrained(model_dir)
+    model.save_pretrained(model_dir)
+    server = LoopbackServer()
+    serve(server, "tiny-org/bert-ja-words", model_dir)
+    monkeypatch.setenv("MTCORE_MIRROR", server.url(""))
+    doc = teacher_recipe(tmp_path, {"hf": "tiny-org/bert-ja-words", "revision": REVISION})
+    doc["models"] = {"mlm_ja": doc["models"].pop("teacher")}
+    doc["steps"] = {}
+    try:
+        recipe = write_recipe(doc, "mlm.yaml")
+        done = CliRunner().invoke(cli, ["run", "-q", str(recipe), "-w", str(tmp_path / "w")])
+        assert done.exit_code == 0, done.output
+    finally:
+        server.close()
+    (fetched,) = (tmp_path / "w" / "steps").glob("mlm_ja-*/model")
+    meta = json.loads((fetched / "artifact.json").read_text())
+    assert (meta["task"], meta["tokenizer"]) == ("masked_lm", "BertTokenizer")
+    scorers = load_registry()
+    pairs = [("", line) for line in lines("test", "ja", 6)]
+
+    def scores(model: str, resources: dict[str, Path] | None, **settings: Any) -> list[float]:
+        scorer = scorers.load("scorers", "masked_lm").from_dict({"model": model, **settings})
+        scorer.setup("en", "ja", resources)
+        return scorer.score(pairs)
+
+    segmented = scores("mlm_ja", {"mlm_ja": fetched}, pretokenize="words")
+    by_hand = [("", " ".join(tokens(hyp, "ja"))) for _, hyp in pairs]
+    plain = scorers.load("scorers", "masked_lm").from_dict({"model": str(model_dir)})
+    plain.setup("en", "ja", None)
+    assert segmented == pytest.approx(plain.score(by_hand), abs=1e-6)
+    assert segmented != pytest.approx(scores("mlm_ja", {"mlm_ja": fetched}), abs=1e-3)
+    with pytest.raises(Exception, match="not a masked LM"):
+        scores("teacher", {"teacher": teacher_artifact(tmp_path)})
+
+
+def teacher_artifact(tmp_path: Path) -> Path:
+    """A fetched translation model's artifact directory (as the translate tests fetch one)."""
+    from mtcore.contracts.step import write_artifact_meta
+
+    where = tmp_path / "teacher_artifact"
+    where.mkdir()
+    write_artifact_meta(where, type="pretrained-model", task="translation",
+                        model_type="marian", id="hf:org/opus-mt")  # fmt: skip
+    return where

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,33 @@ TOKENIZER_FILES: dict[str, tuple[str, ...]] = {
     "MarianTokenizer": ("source.spm", "target.spm", "vocab.json"),
     "M2M100Tokenizer": ("vocab.json", "sentencepiece.bpe.model", "special_tokens_map.json"),
     "NllbTokenizer": ("sentencepiece.bpe.model", "special_tokens_map.json"),
+    # masked LMs (rerank features, NT5 §5.1)
+    "BertTokenizer": ("vocab.txt",),
+    "RobertaTokenizer": ("vocab.json", "merges.txt"),
+    "DebertaV2Tokenizer": ("spm.model",),
+    "XLMRobertaTokenizer": ("sentencepiece.bpe.model",),
 }
 ARCHITECTURES: dict[str, tuple[str, ...]] = {
     # config.json model_type -> the tokenizer classes its models come with
     "marian": ("MarianTokenizer",),
     "m2m_100": ("M2M100Tokenizer", "NllbTokenizer"),
+    "bert": ("BertTokenizer",),
+    "roberta": ("RobertaTokenizer", "XLMRobertaTokenizer", "DebertaV2Tokenizer"),
+    "deberta-v2": ("DebertaV2Tokenizer",),
+    "xlm-roberta": ("XLMRobertaTokenizer",),
 }
-DEFAULT_TOKENIZER = {"marian": "MarianTokenizer", "m2m_100": "M2M100Tokenizer"}
+DEFAULT_TOKENIZER = {
+    "marian": "MarianTokenizer", "m2m_100": "M2M100Tokenizer", "bert": "BertTokenizer",
+    "roberta": "RobertaTokenizer", "deberta-v2": "DebertaV2Tokenizer",
+    "xlm-roberta": "XLMRobertaTokenizer",
+}  # fmt: skip
+MASKED_LMS = ("bert", "roberta", "deberta-v2", "xlm-roberta")
+"""Model types fetched as masked language models (the ``masked_lm`` rerank feature)."""
+
+
+def task_of(model_type: str) -> str:
+    """``translation`` or ``masked_lm``: what a model of this type is fetched for."""
+    return "masked_lm" if model_type in MASKED_LMS else "translation"
 
 
 def check_config(config: Any, where: str) -> str:
@@ -61,8 +82,9 @@ def check_config(config: Any, where: str) -> str:
     model_type = str(config.get("model_type", ""))
     if model_type not in ARCHITECTURES:
         raise DataError(
-            f"{where}: model_type {model_type!r} is not one mtcore decodes (valid: "
-            f"{', '.join(ARCHITECTURES)}: OPUS-MT's Marian models, M2M-100, NLLB)"
+            f"{where}: model_type {model_type!r} is not one mtcore reads (valid: "
+            f"{', '.join(ARCHITECTURES)}: OPUS-MT's Marian models, M2M-100 and NLLB to "
+            "translate; BERT, RoBERTa, DeBERTa-v2 and XLM-R masked LMs to score)"
         )
     return model_type
 
@@ -82,9 +104,10 @@ def tokenizer_class(model_type: str, tokenizer_config: Any, where: str) -> str:
     return name
 
 
-def model_files(tokenizer: str) -> tuple[str, ...]:
-    """Every file a model with this tokenizer needs, the weights last."""
-    return ("config.json", "tokenizer_config.json", *TOKENIZER_FILES[tokenizer], WEIGHTS)
+def model_files(tokenizer: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every file a model with this tokenizer needs (and ``extra`` ones), the weights last."""
+    files = ("config.json", "tokenizer_config.json", *TOKENIZER_FILES[tokenizer], *extra)
+    return (*dict.fromkeys(files), WEIGHTS)
 
 
 def safetensors_from_pickle(pickled: Path, out: Path) -> None:
@@ -116,6 +139,8 @@ def languages(path: Path, tokenizer: str) -> list[str]:
     if tokenizer == "MarianTokenizer":
         config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
         return [str(config[k]) for k in ("source_lang", "target_lang") if config.get(k)]
+    if tokenizer not in ("M2M100Tokenizer", "NllbTokenizer"):
+        return []  # a masked LM: any language its vocabulary covers
     tok = load_tokenizer(path)
     if tokenizer == "M2M100Tokenizer":
         return list(tok.lang_code_to_token)
@@ -136,6 +161,9 @@ def check_pretrained(where: str, meta: dict[str, Any], src: str, tgt: str) -> No
     both languages, a Marian one names them (when its tokenizer_config does)."""
     if meta.get("type") != ARTIFACT_TYPE:
         raise DataError(f"{where} is not a pretrained model (artifact type {meta.get('type')!r})")
+    if meta.get("task", "translation") != "translation":
+        raise DataError(f"{where} is a {meta.get('model_type')} {meta.get('task')} model, not one "
+                        "that translates")  # fmt: skip
     language_token(meta, src, where)
     language_token(meta, tgt, where)
 

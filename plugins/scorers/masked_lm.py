@@ -4,9 +4,17 @@ true token at the mask is summed. NT5 §5.1 scored English with DeBERTa and Japa
 RoBERTa this way and "normalized the PLLs by dividing them by token length" (``normalize:
 token``, the default).
 
-The model is any Hugging Face masked LM saved in a local directory, loaded with
-``local_files_only`` (nothing is downloaded). It needs the ``transformers`` package, which is
-optional: without it ``setup`` stops with an error that says how to install it.
+The model is a Hugging Face masked LM: a model the recipe's ``models`` section fetched by id
+(``model:`` names the rerank step's input it is connected to, e.g. ``{hf:
+microsoft/deberta-v2-xxlarge}``), or a local directory. It is loaded with
+``local_files_only`` and ``trust_remote_code=False`` (nothing is downloaded, no code of the
+model's runs). It needs the ``transformers`` package, which is optional: without it ``setup``
+stops with an error that says how to install it.
+
+``pretokenize: words`` segments the hypothesis into words first (MeCab for Japanese, jieba for
+Chinese: :mod:`~mtcore_plugins.common.tokens`), joined by spaces, for a model whose card asks
+for pre-segmented input: NT5's Japanese RoBERTa (nlp-waseda/roberta-large-japanese) was trained
+on Juman++ words; MeCab's IPA words stand in for Juman++, which is not on the package index.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mtcore.api import NOT_IDENTITY, PluginConfig, PluginError, Scorer
+from mtcore.api import HASHED_WHEN_SET, NOT_IDENTITY, Artifact, PluginConfig, PluginError, Scorer
+from mtcore_plugins.common.tokens import tokens
 
 INSTALL = "pip install 'transformers>=4.30'"
 
@@ -26,8 +35,15 @@ class MaskedLMConfig(PluginConfig):
     model: str = Field(
         ...,
         min_length=1,
-        description="local directory of a Hugging Face masked LM (NT5 §5.1: DeBERTa for "
-        "English, RoBERTa for Japanese)",
+        description="the rerank input connected to a models entry (a masked LM by id), or "
+        "a local directory of a Hugging Face masked LM (NT5 §5.1: DeBERTa for English, RoBERTa "
+        "for Japanese)",
+    )
+    pretokenize: Literal["none", "words"] = Field(
+        "none",
+        description="words: segment the hypothesis into the target language's words (MeCab, "
+        "jieba) joined by spaces first, for a model trained on segmented text",
+        json_schema_extra=HASHED_WHEN_SET,
     )
     normalize: Literal["token", "sum"] = Field(
         "token", description="token: PLL divided by the tokens scored (NT5 §5.1); sum: the PLL"
@@ -57,11 +73,28 @@ def load_masked_lm(path: str) -> tuple[Any, Any]:
             "scorer 'masked_lm' needs the `transformers` package, which is not installed: "
             f"{INSTALL}"
         ) from None
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     if tokenizer.mask_token_id is None:
         raise PluginError(f"scorer 'masked_lm': the tokenizer in {path} has no mask token")
-    model = AutoModelForMaskedLM.from_pretrained(path, local_files_only=True)
+    model = AutoModelForMaskedLM.from_pretrained(
+        path, local_files_only=True, trust_remote_code=False
+    )
     return tokenizer, model.eval()
+
+
+def model_path(model: str, resources: Mapping[str, Path] | None) -> str:
+    """The directory ``model`` names: a rerank input (a ``models`` entry: its artifact must be
+    a masked LM), else a path."""
+    if resources and model in resources:
+        artifact = Artifact.open(Path(resources[model]))
+        meta = artifact.meta
+        if meta.get("type") == "pretrained-model" and meta.get("task") != "masked_lm":
+            raise PluginError(
+                f"scorer 'masked_lm': input {model!r} is a {meta.get('model_type')} "
+                f"{meta.get('task')} model ({meta.get('id')}), not a masked LM"
+            )
+        return str(artifact.path)
+    return model
 
 
 class MaskedLMScorer(Scorer[MaskedLMConfig]):
@@ -72,7 +105,7 @@ class MaskedLMScorer(Scorer[MaskedLMConfig]):
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         super().setup(src, tgt, resources)
         config = self.config
-        self.tokenizer, self.model = load_masked_lm(config.model)
+        self.tokenizer, self.model = load_masked_lm(model_path(config.model, resources))
         import torch
 
         torch.set_num_threads(config.threads)
@@ -81,6 +114,8 @@ class MaskedLMScorer(Scorer[MaskedLMConfig]):
         config = self.config
         out = []
         for _, hyp in pairs:
+            if config.pretokenize == "words":
+                hyp = " ".join(tokens(hyp, self.tgt))
             total, count = self.pll(hyp)
             out.append(total / max(count, 1) if config.normalize == "token" else total)
         return out

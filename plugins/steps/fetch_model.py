@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -47,6 +48,7 @@ from mtcore_plugins.common.pretrained import (
     languages,
     model_files,
     safetensors_from_pickle,
+    task_of,
     tokenizer_class,
 )
 
@@ -71,6 +73,12 @@ class FetchModelConfig(PluginConfig):
         description="file name -> expected sha256 (64 hex digits); unpinned files are recorded "
         "in the recipe's lock file on first download",
     )
+    files: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="further files to fetch beside those the tokenizer class reads (a "
+        "repository whose tokenizer needs others)",
+    )
     weights: Literal["safetensors", "bin"] = Field(
         "safetensors",
         description="safetensors: model.safetensors; bin: pytorch_model.bin, read with "
@@ -91,6 +99,14 @@ class FetchModelConfig(PluginConfig):
             if len(digest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digest):
                 raise ValueError(f"sha256 of {name!r} must be 64 hex digits, not {digest!r}")
         return {name: digest.lower() for name, digest in value.items()}
+
+    @field_validator("files")
+    @classmethod
+    def _plain_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}", name):
+                raise ValueError(f"{name!r} is not a plain file name")
+        return value
 
     @model_validator(mode="after")
     def _local(self) -> FetchModelConfig:
@@ -129,7 +145,7 @@ class FetchModelStep(Step[FetchModelConfig]):
         tok_config = read_json(fetch("tokenizer_config.json"), "tokenizer_config.json", where)
         tokenizer = tokenizer_class(model_type, tok_config, where)
         hashes: dict[str, str] = {}
-        for name in model_files(tokenizer):
+        for name in model_files(tokenizer, cfg.files):
             if name == WEIGHTS and cfg.weights == "bin":
                 pickled = fetch(PICKLED_WEIGHTS)
                 safetensors_from_pickle(pickled, out / WEIGHTS)
@@ -145,6 +161,7 @@ class FetchModelStep(Step[FetchModelConfig]):
             id=cfg.id,
             revision=cfg.revision if cfg.id.startswith("hf:") else None,
             model_type=model_type,
+            task=task_of(model_type),
             tokenizer=tokenizer,
             languages=languages(out, tokenizer),
             max_positions=positions if isinstance(positions, int) else None,
