@@ -416,3 +416,38 @@ def teacher_artifact(tmp_path: Path) -> Path:
     write_artifact_meta(where, type="pretrained-model", task="translation",
                         model_type="marian", id="hf:org/opus-mt")  # fmt: skip
     return where
+
+
+def test_mtcore_lock_records_a_models_entry_and_a_changed_file_stops_the_run(
+    models: dict[str, Path],
+    tmp_path: Path,
+    write_recipe,
+    monkeypatch,
+    loopback,  # noqa: F811
+) -> None:
+    """``mtcore lock`` downloads every unpinned file of an hf: entry at a branch and records
+    it; when the branch later serves other weights, the run stops at the sha256 the lock file
+    holds instead of decoding with another model."""
+    import shutil
+
+    repo = "tiny-org/marian-en-ja"
+    server = LoopbackServer()
+    served = serve(server, repo, models["marian"])
+    monkeypatch.setenv("MTCORE_MIRROR", server.url(""))
+    recipe = write_recipe(teacher_recipe(tmp_path, {"hf": repo, "revision": REVISION}), "t.yaml")
+    try:
+        done = CliRunner().invoke(cli, ["lock", str(recipe)])
+        assert done.exit_code == 0, done.output
+        locked = json.loads((tmp_path / "t.lock").read_text())["files"]
+        assert {url.rsplit("/", 1)[1] for url in locked} == set(served) - {
+            "generation_config.json",
+            "special_tokens_map.json",
+        }
+        weights = f"/huggingface.co/{repo}/resolve/{REVISION}/model.safetensors"
+        server.files[weights] = models["nllb"].joinpath("model.safetensors").read_bytes()
+        shutil.rmtree(tmp_path / "cache" / "downloads")
+        done = CliRunner().invoke(cli, ["run", "-q", str(recipe), "-w", str(tmp_path / "w")])
+        assert done.exit_code != 0 and "sha256 mismatch" in done.output
+        assert "t.lock" in done.output
+    finally:
+        server.close()

@@ -674,7 +674,7 @@ def test_unpinned_downloads_are_locked_checked_and_relocked(tmp_path, write_reci
         assert "sha256 mismatch" in changed.output and "locked.lock" in changed.output
         relocked = CliRunner().invoke(cli, ["lock", str(recipe)])
         assert relocked.exit_code == 0, relocked.output
-        assert "2 unpinned files of 1 data entries recorded" in relocked.output
+        assert "2 unpinned files of 1 data and models entries recorded" in relocked.output
         assert mtcore("run", "-q", work="w3").exit_code == 0
         # an unpinned download is never resumed: nothing could tell a changed file
         for cached in cache.glob("*"):

@@ -109,6 +109,9 @@ def lock(recipe: Path, profile: str | None, sets: tuple[str, ...]) -> None:
     path.unlink(missing_ok=True)
     entries = 0
     for planned in make_plan(loaded, registry):
+        if getattr(planned.spec.plugin, "fetches_model", False):  # a models entry
+            entries += bool(planned.spec.plugin.relock(Stats(), planned.id))  # type: ignore[attr-defined]
+            continue
         if not getattr(planned.spec.plugin, "fetches", False):
             continue
         fetch: Any = planned.spec.plugin.config  # a data entry: its source and settings
@@ -118,7 +121,7 @@ def lock(recipe: Path, profile: str | None, sets: tuple[str, ...]) -> None:
             relock(Stats())
             entries += 1
     files = len(json.loads(path.read_text(encoding="utf-8"))["files"]) if path.is_file() else 0
-    click.echo(f"{path}: {files} unpinned files of {entries} data entries recorded")
+    click.echo(f"{path}: {files} unpinned files of {entries} data and models entries recorded")
 
 
 @cli.command()

@@ -139,11 +139,9 @@ class FetchModelStep(Step[FetchModelConfig]):
         out = ctx.output("model")
         cfg = self.config
         where = f"models.{ctx.step_id} ({cfg.id})"
-        fetch = self._hub_file(ctx) if cfg.id.startswith("hf:") else self._local_file(where)
-        config = read_json(fetch("config.json"), "config.json", where)
-        model_type = check_config(config, where)
-        tok_config = read_json(fetch("tokenizer_config.json"), "tokenizer_config.json", where)
-        tokenizer = tokenizer_class(model_type, tok_config, where)
+        hub = cfg.id.startswith("hf:")
+        fetch = self._hub_file(ctx.stats, ctx.step_id) if hub else self._local_file(where)
+        config, model_type, tokenizer = self._describe(fetch, where)
         hashes: dict[str, str] = {}
         for name in model_files(tokenizer, cfg.files):
             if name == WEIGHTS and cfg.weights == "bin":
@@ -168,6 +166,30 @@ class FetchModelStep(Step[FetchModelConfig]):
             files=hashes,
         )
 
+    def _describe(self, fetch: Any, where: str) -> tuple[dict[str, Any], str, str]:
+        """(config.json, model type, tokenizer class), fetched and checked as data."""
+        config = read_json(fetch("config.json"), "config.json", where)
+        model_type = check_config(config, where)
+        tok_config = read_json(fetch("tokenizer_config.json"), "tokenizer_config.json", where)
+        return config, model_type, tokenizer_class(model_type, tok_config, where)
+
+    def relock(self, stats: Any, step_id: str) -> int:
+        """``mtcore lock``: every unpinned file of an hf: model downloaded anew (its cached
+        copy dropped) and recorded in the active lock file; the number of files."""
+        cfg = self.config
+        if not cfg.id.startswith("hf:"):
+            return 0
+        cache = cache_home() / "downloads"
+        names = ["config.json", "tokenizer_config.json"]
+        fetch = self._hub_file(stats, step_id, forget=cache)
+        _, _, tokenizer = self._describe(fetch, f"models.{step_id} ({cfg.id})")
+        weights = PICKLED_WEIGHTS if cfg.weights == "bin" else WEIGHTS
+        for name in model_files(tokenizer, cfg.files):
+            if name not in names:
+                fetch(weights if name == WEIGHTS else name)
+                names.append(name)
+        return len(names)
+
     def _local_file(self, where: str) -> Any:
         root = Path(self.config.id).expanduser()
         if not root.is_dir():
@@ -185,14 +207,16 @@ class FetchModelStep(Step[FetchModelConfig]):
 
         return fetch
 
-    def _hub_file(self, ctx: StepContext) -> Any:
+    def _hub_file(self, stats: Any, step_id: str, forget: Path | None = None) -> Any:
+        """A function fetching one file of the repository; with ``forget`` (the cache), an
+        unpinned file's cached copy is dropped first (``mtcore lock``)."""
         cfg = self.config
         repo = cfg.id.removeprefix("hf:")
         base = mirror_base()
         replicas = replica_hashes(base, cfg.timeout) if base else {}
         lock = None if base and replicas_allowed() else active_lock()
         downloader = Downloader(
-            cache_home() / "downloads", cfg.timeout, cfg.retries, cfg.backoff, ctx.stats, lock
+            cache_home() / "downloads", cfg.timeout, cfg.retries, cfg.backoff, stats, lock
         )
 
         def fetch(name: str) -> Path:
@@ -202,6 +226,8 @@ class FetchModelStep(Step[FetchModelConfig]):
             if base:
                 copy = {"url": mirror_address(url, base), "sha256": replicas.get(url, spec.sha256)}
                 spec = spec.model_copy(update=copy)
+            if forget is not None and spec.sha256 is None:
+                (forget / spec.cached_name()).unlink(missing_ok=True)
             try:
                 return downloader.fetch(spec)
             except DataError as exc:
@@ -210,7 +236,7 @@ class FetchModelStep(Step[FetchModelConfig]):
                     hint = f" (a repository with {PICKLED_WEIGHTS} only: set weights: bin)"
                 elif "HTTP 404" in str(exc):
                     hint = f" ({cfg.id} at revision {cfg.revision} has no {name})"
-                raise DataError(f"models.{ctx.step_id}: {exc}{hint}") from exc
+                raise DataError(f"models.{step_id}: {exc}{hint}") from exc
 
         return fetch
 
