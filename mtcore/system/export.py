@@ -331,7 +331,13 @@ def export_model_format(
     partial = folder.with_name(f".{folder.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        made = replay.plugin.export_model(inputs, fmt, partial, quantization, registry)
+        try:
+            made = replay.plugin.export_model(inputs, fmt, partial, quantization, registry)
+        except MtcoreError as exc:  # name the stage's step, not the plugin's placeholder
+            message = str(exc).removeprefix("export: ")
+            raise MtcoreError(
+                f"stage {system.stage.name!r}, step {replay.id!r}: {message}"
+            ) from exc
         sources = _fed(test, replay, workdir, make_plan(recipe, registry), made.src)
         if made.tgt not in test.langs:
             raise MtcoreError(f"{test.path}: no {made.tgt!r} references (has {test.langs})")
