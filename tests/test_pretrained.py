@@ -451,3 +451,53 @@ def test_mtcore_lock_records_a_models_entry_and_a_changed_file_stops_the_run(
         assert "t.lock" in done.output
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("family", ["marian", "m2m100"])
+def test_a_pretrained_model_is_a_force_decoding_rerank_feature(
+    family: str, models: dict[str, Path], tmp_path: Path, write_recipe
+) -> None:
+    """The ``forward`` feature with a pretrained model (a rerank input connected to a
+    ``models`` entry) scores log P(hypothesis | source) with CTranslate2 and the model's own
+    tokenizer: the summed log-probability of the hypothesis' tokens and EOS equals what
+    transformers computes for the same pairs (the target language token given, not scored;
+    Marian's softmax without the <pad> that transformers adds to its vocabulary);
+    the ``backward`` feature reads ja->en with M2M-100 and refuses an en->ja Marian model."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    doc = teacher_recipe(tmp_path, {"id": str(models[family])})
+    doc["steps"] = {}
+    done = CliRunner().invoke(cli, ["run", "-q", str(write_recipe(doc)), "-w", str(tmp_path / "w")])
+    assert done.exit_code == 0, done.output
+    (artifact,) = (tmp_path / "w" / "steps").glob("teacher-*/model")
+    pairs = list(zip(lines("test", "en", 8), lines("test", "ja", 8), strict=True))
+    registry = load_registry()
+    scorer = registry.load("scorers", "forward").from_dict({"models": ["mt"], "normalize": "sum"})
+    scorer.setup("en", "ja", {"mt": artifact})
+    got = scorer.score(pairs)
+    tok = load_tokenizer(artifact)
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(artifact)).eval()
+    expected = []
+    for source, target in pairs:
+        if family == "m2m100":
+            tok.src_lang, tok.tgt_lang = "en", "ja"
+        ids = tok(source, return_tensors="pt")["input_ids"]
+        labels = tok(text_target=target, return_tensors="pt")["input_ids"]
+        start = torch.tensor([[model.config.decoder_start_token_id]])
+        with torch.no_grad():
+            logits = model(
+                input_ids=ids, decoder_input_ids=torch.cat([start, labels[:, :-1]], 1)
+            ).logits
+        if family == "marian":  # Marian's vocabulary has no <pad> (CTranslate2 drops it)
+            logits[..., model.config.pad_token_id] = float("-inf")
+        scored = logits.log_softmax(-1)[0].gather(1, labels[0].unsqueeze(1)).squeeze(1)
+        expected.append(float(scored[1:].sum() if family == "m2m100" else scored.sum()))
+    assert got == pytest.approx(expected, abs=2e-3)
+    backward = registry.load("scorers", "backward").from_dict({"models": ["mt"]})
+    if family == "m2m100":  # one model, every direction: it reads ja->en as well
+        backward.setup("en", "ja", {"mt": artifact})
+        assert len(backward.score(pairs)) == len(pairs)
+        return
+    with pytest.raises(Exception, match="translates en->ja, not ja->en"):
+        backward.setup("en", "ja", {"mt": artifact})

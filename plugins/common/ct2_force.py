@@ -26,14 +26,20 @@ class Ct2ForceDecoder:
     reads the target pieces last first. Batches hold at most ``max_tokens`` target tokens."""
 
     def __init__(
-        self, model_dir: Path, spm: Path, direction: str, max_tokens: int = 4096, threads: int = 0
-    ) -> None:
+        self, model_dir: Path, spm: Path | None, direction: str, max_tokens: int = 4096,
+        threads: int = 0, tokens: Any = None,
+    ) -> None:  # fmt: skip
         import ctranslate2
 
         self.model = ctranslate2.Translator(
             str(model_dir), device="cpu", inter_threads=1, intra_threads=threads
         )
-        self.spm = load_spm(spm)
+        # a fairseq model's SentencePiece model, or a pretrained model's tokenizer
+        # (pretrained.PretrainedTokens: the source with its language token and EOS, the
+        # target language as a prefix that is given, not scored)
+        self.spm = load_spm(spm) if spm is not None else None
+        self.tokens = tokens
+        self.prefix: list[str] = list(getattr(tokens, "prefix", []))
         self.direction, self.max_tokens = direction, max_tokens
         self.max_source, self.max_target = limits(model_dir)
 
@@ -44,8 +50,13 @@ class Ct2ForceDecoder:
         scored on its readable part but gets that value (the denoise filter's NaN)."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
-        src = self.spm.encode(list(sources), out_type=str)
-        tgt = self.spm.encode(list(targets), out_type=str)
+        if self.tokens is not None:
+            src = self.tokens.encode(list(sources))
+            tgt = self.tokens.encode_target(list(targets))
+        else:
+            assert self.spm is not None
+            src = self.spm.encode(list(sources), out_type=str)
+            tgt = self.spm.encode(list(targets), out_type=str)
         rows = [
             i
             for i, (a, b) in enumerate(zip(src, tgt, strict=True))
@@ -58,7 +69,7 @@ class Ct2ForceDecoder:
         results = (
             self.model.score_batch(
                 [src[i] for i in rows],
-                [tgt[i] for i in rows],
+                [[*self.prefix, *tgt[i]] for i in rows],
                 max_batch_size=self.max_tokens,
                 batch_type="tokens",
                 max_input_length=0,
@@ -67,8 +78,9 @@ class Ct2ForceDecoder:
             else []
         )
         sums = np.full(len(src), np.nan if overlong is None else overlong)
+        skip = len(self.prefix)  # the language token is given, not predicted
         for i, result in zip(rows, results, strict=True):
-            sums[i] = float(sum(result.log_probs))
+            sums[i] = float(sum(result.log_probs[skip:]))
         counts = np.array([len(t) + 1 for t in tgt], dtype=np.int64)
         return sums, counts
 

@@ -166,6 +166,13 @@ def check_pretrained(where: str, meta: dict[str, Any], src: str, tgt: str) -> No
                         "that translates")  # fmt: skip
     language_token(meta, src, where)
     language_token(meta, tgt, where)
+    known = [str(code) for code in meta.get("languages", [])]
+    if meta.get("tokenizer") == "MarianTokenizer" and len(known) == 2:
+        source, target = ({langcodes.primary(k)} for k in known)
+        if not (langcodes.resolve(src, source) and langcodes.resolve(tgt, target)):
+            raise DataError(
+                f"{where}: this Marian model translates {known[0]}->{known[1]}, not {src}->{tgt}"
+            )
 
 
 def language_token(meta: dict[str, Any], lang: str, where: str, given: str | None = None) -> str:
@@ -231,6 +238,17 @@ class PretrainedTokens:
             list(tok.convert_ids_to_tokens(tok(line)["input_ids"])) if line.strip() else []
             for line in lines
         ]
+
+    def encode_target(self, lines: list[str]) -> list[list[str]]:
+        """Target-side tokens of ``lines`` (a Marian model's target SentencePiece model), with
+        no language token or EOS: what force decoding scores after the prefix."""
+        tok = self.tokenizer
+        return [
+            list(tok.convert_ids_to_tokens(
+                tok(text_target=line, add_special_tokens=False)["input_ids"]
+            ))
+            for line in lines
+        ]  # fmt: skip
 
     def decode(self, tokens: list[str]) -> str:
         tok = self.tokenizer

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -93,6 +93,9 @@ class TranslationScorer(Scorer[TranslationScorerConfig]):
             for slot, role in zip(MODEL_ROLES, config.models, strict=False)
         }
         reads, writes = (tgt, src) if self.backward else (src, tgt)
+        if members["model"].meta.get("type") == "pretrained-model":
+            self.decoder = self._pretrained(members, reads, writes)
+            return
         if config.backend != "fairseq":
             from mtcore_plugins.common.ct2_force import ct2_force_decoder
             from mtcore_plugins.common.decoding import check_members
@@ -110,6 +113,27 @@ class TranslationScorer(Scorer[TranslationScorerConfig]):
         )  # fmt: skip
         self._check_direction(ensemble.direction, members["model"].path)
         self.decoder = ForceDecoder(ensemble, config.max_tokens)
+
+    def _pretrained(self, members: dict[str, Artifact], reads: str, writes: str) -> Any:
+        """A pretrained model of the recipe's ``models`` (an OPUS-MT, M2M-100 or NLLB model):
+        scored alone by CTranslate2 with its own tokenizer, whatever ``backend`` says."""
+        from mtcore_plugins.common.ct2_force import Ct2ForceDecoder
+        from mtcore_plugins.common.pretrained import (
+            PretrainedTokens,
+            check_pretrained,
+            converted_pretrained,
+        )
+
+        where = f"scorer {self.name!r}: model {members['model'].path}"
+        if len(members) > 1:
+            raise PluginError(f"{where} is a pretrained model; it scores alone (no ensembles)")
+        if self.config.direction == "r2l":  # type: ignore[attr-defined]
+            raise PluginError(f"{where} reads left to right; direction r2l asks for an R2L model")
+        model = members["model"]
+        check_pretrained(where, model.meta, reads, writes)
+        tokens = PretrainedTokens.load(model, reads, writes)
+        path = converted_pretrained(model)
+        return Ct2ForceDecoder(path, None, "l2r", self.config.max_tokens, tokens=tokens)  # type: ignore[attr-defined]
 
     def _check_direction(self, direction: str, path: Path) -> None:
         wanted = self.config.direction  # type: ignore[attr-defined]
