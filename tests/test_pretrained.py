@@ -501,3 +501,23 @@ def test_a_pretrained_model_is_a_force_decoding_rerank_feature(
         return
     with pytest.raises(Exception, match="translates en->ja, not ja->en"):
         backward.setup("en", "ja", {"mt": artifact})
+
+
+def test_a_local_model_is_identified_by_the_files_it_reads(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A directory entry's step identity follows the content of the files fetch_model reads:
+    new weights change it, an unrelated file beside them (a Flax copy, a README) does not."""
+    from mtcore_plugins.steps.fetch_model import FetchModelStep
+
+    local = copy_model(models["marian"], tmp_path / "local")
+    step = FetchModelStep.from_dict({"id": str(local)})
+    registry = load_registry()
+    before = step.fingerprint(registry)
+    assert "model.safetensors" in before and "source.spm" in before
+    (local / "flax_model.msgpack").write_bytes(b"\0" * 64)
+    assert step.fingerprint(registry) == before
+    (local / "model.safetensors").write_bytes(
+        models["nllb"].joinpath("model.safetensors").read_bytes()
+    )
+    assert step.fingerprint(registry) != before

@@ -125,12 +125,19 @@ class FetchModelStep(Step[FetchModelConfig]):
     outputs: ClassVar[tuple[str, ...]] = ("model",)
 
     def fingerprint(self, registry: Registry) -> str:
-        """A local directory's files (by content, remembered by size and mtime); for hf: the
-        mirror, when one is set (the id, revision and pins are settings)."""
+        """A local directory's files that are read (by content, remembered by size and mtime:
+        a multi-gigabyte model is read once); for hf: the mirror, when one is set (the id,
+        revision and pins are settings)."""
         cfg = self.config
         if not cfg.id.startswith("hf:"):
             root = Path(cfg.id).expanduser()
-            files = sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else []
+            try:
+                _, _, tokenizer = self._describe(self._local_file(str(root)), str(root))
+                weights = PICKLED_WEIGHTS if cfg.weights == "bin" else WEIGHTS
+                names = [weights if n == WEIGHTS else n for n in model_files(tokenizer, cfg.files)]
+            except DataError:  # the run says what is wrong with the directory
+                names = []
+            files = [root / name for name in names if (root / name).is_file()]
             return json.dumps({p.name: content_hash(p) for p in files})
         base = mirror_base()
         return json.dumps({"mirror": base, "replicas": replicas_allowed()}) if base else ""
