@@ -1,15 +1,15 @@
-"""Tiny random translation models in the Hugging Face formats of OPUS-MT (Marian), M2M-100 and
-NLLB, made with transformers' own configs and tokenizer classes (no hub here): a SentencePiece
-model trained on real English and Japanese lines, the vocabulary laid out as each family's
-released models lay theirs out (Marian's ``<pad>`` last, M2M-100's eight made-up words), and
-random weights saved as safetensors."""
+"""Tiny random translation models in the Hugging Face formats of OPUS-MT (Marian), M2M-100,
+NLLB and mBART-50, made with transformers' own configs and tokenizer classes (no hub here): a
+SentencePiece model trained on real English and Japanese lines, the vocabulary laid out as each
+family's released models lay theirs out (Marian's ``<pad>`` last, M2M-100's eight made-up
+words), and random weights saved as safetensors."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-FAMILIES = ("marian", "m2m100", "nllb")
+FAMILIES = ("marian", "m2m100", "nllb", "mbart50")
 DIMS = {
     "d_model": 32,
     "encoder_layers": 1,
@@ -46,6 +46,9 @@ def build(family: str, lines: list[str], out: Path, seed: int = 1) -> Path:
         MarianConfig,
         MarianMTModel,
         MarianTokenizer,
+        MBart50Tokenizer,
+        MBartConfig,
+        MBartForConditionalGeneration,
         NllbTokenizer,
     )
 
@@ -82,6 +85,21 @@ def build(family: str, lines: list[str], out: Path, seed: int = 1) -> Path:
         tok = NllbTokenizer(str(model_file), src_lang="eng_Latn", tgt_lang="jpn_Jpan")
         size = max(tok.get_vocab().values()) + 1
         model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=size, **DIMS))
+    elif family == "mbart50":  # as facebook/mbart-large-50-many-to-many-mmt's config says
+        tok = MBart50Tokenizer(str(model_file), src_lang="en_XX", tgt_lang="ja_XX")
+        size = max(tok.get_vocab().values()) + 1
+        # scale_embedding off: with it, a random one-layer model repeats its language token
+        config = MBartConfig(
+            vocab_size=size,
+            normalize_before=True,
+            add_final_layer_norm=True,
+            scale_embedding=False,
+            decoder_start_token_id=2,
+            forced_eos_token_id=2,
+            tokenizer_class="MBart50Tokenizer",
+            **DIMS,
+        )
+        model = MBartForConditionalGeneration(config)
     else:
         raise ValueError(f"family {family!r} (valid: {', '.join(FAMILIES)})")
     model.save_pretrained(str(out))
@@ -91,6 +109,11 @@ def build(family: str, lines: list[str], out: Path, seed: int = 1) -> Path:
         for name in ("special_tokens_map.json", "tokenizer_config.json"):
             saved = json.loads((out / name).read_text(encoding="utf-8"))
             saved["additional_special_tokens"] = langs
+            (out / name).write_text(json.dumps(saved, indent=2), encoding="utf-8")
+    if family == "mbart50":  # the released tokenizer names its <s>; save_pretrained drops it
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+            saved = json.loads((out / name).read_text(encoding="utf-8"))
+            saved["bos_token"] = "<s>"
             (out / name).write_text(json.dumps(saved, indent=2), encoding="utf-8")
     return out
 

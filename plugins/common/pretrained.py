@@ -12,7 +12,8 @@ downloaded behind the step's back.
 Decoding converts the model once with CTranslate2's own Transformers converter (cached by the
 files' hashes, as :mod:`ct2_convert` caches fairseq checkpoints) and tokenizes with the
 model's tokenizer: the source's language token and EOS as transformers writes them, the target
-language as CTranslate2's ``target_prefix`` (M2M-100 ``__ja__``, NLLB ``jpn_Jpan``).
+language as CTranslate2's ``target_prefix`` (M2M-100 ``__ja__``, NLLB ``jpn_Jpan``, mBART-50
+``ja_XX``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ TOKENIZER_FILES: dict[str, tuple[str, ...]] = {
     "MarianTokenizer": ("source.spm", "target.spm", "vocab.json"),
     "M2M100Tokenizer": ("vocab.json", "sentencepiece.bpe.model", "special_tokens_map.json"),
     "NllbTokenizer": ("sentencepiece.bpe.model", "special_tokens_map.json"),
+    "MBart50Tokenizer": ("sentencepiece.bpe.model", "special_tokens_map.json"),
     # masked LMs (rerank features, NT5 §5.1)
     "BertTokenizer": ("vocab.txt",),
     "RobertaTokenizer": ("vocab.json", "merges.txt"),
@@ -50,16 +52,20 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     # config.json model_type -> the tokenizer classes its models come with
     "marian": ("MarianTokenizer",),
     "m2m_100": ("M2M100Tokenizer", "NllbTokenizer"),
+    "mbart": ("MBart50Tokenizer",),  # mBART-50; mBART-25 starts decoding at its language code
     "bert": ("BertTokenizer",),
     "roberta": ("RobertaTokenizer", "XLMRobertaTokenizer", "DebertaV2Tokenizer"),
     "deberta-v2": ("DebertaV2Tokenizer",),
     "xlm-roberta": ("XLMRobertaTokenizer",),
 }
 DEFAULT_TOKENIZER = {
-    "marian": "MarianTokenizer", "m2m_100": "M2M100Tokenizer", "bert": "BertTokenizer",
+    "marian": "MarianTokenizer", "m2m_100": "M2M100Tokenizer", "mbart": "MBart50Tokenizer",
+    "bert": "BertTokenizer",
     "roberta": "RobertaTokenizer", "deberta-v2": "DebertaV2Tokenizer",
     "xlm-roberta": "XLMRobertaTokenizer",
 }  # fmt: skip
+MULTILINGUAL = ("M2M100Tokenizer", "NllbTokenizer", "MBart50Tokenizer")
+"""Tokenizers of models that take the target language as a token (CTranslate2's prefix)."""
 MASKED_LMS = ("bert", "roberta", "deberta-v2", "xlm-roberta")
 """Model types fetched as masked language models (the ``masked_lm`` rerank feature)."""
 
@@ -83,7 +89,7 @@ def check_config(config: Any, where: str) -> str:
     if model_type not in ARCHITECTURES:
         raise DataError(
             f"{where}: model_type {model_type!r} is not one mtcore reads (valid: "
-            f"{', '.join(ARCHITECTURES)}: OPUS-MT's Marian models, M2M-100 and NLLB to "
+            f"{', '.join(ARCHITECTURES)}: OPUS-MT's Marian models, M2M-100, NLLB and mBART-50 to "
             "translate; BERT, RoBERTa, DeBERTa-v2 and XLM-R masked LMs to score)"
         )
     return model_type
@@ -139,11 +145,13 @@ def languages(path: Path, tokenizer: str) -> list[str]:
     if tokenizer == "MarianTokenizer":
         config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
         return [str(config[k]) for k in ("source_lang", "target_lang") if config.get(k)]
-    if tokenizer not in ("M2M100Tokenizer", "NllbTokenizer"):
+    if tokenizer not in MULTILINGUAL:
         return []  # a masked LM: any language its vocabulary covers
     tok = load_tokenizer(path)
     if tokenizer == "M2M100Tokenizer":
         return list(tok.lang_code_to_token)
+    if tokenizer == "MBart50Tokenizer":
+        return list(tok.lang_code_to_id)
     return [str(t) for t in tok.additional_special_tokens]
 
 
@@ -176,9 +184,10 @@ def check_pretrained(where: str, meta: dict[str, Any], src: str, tgt: str) -> No
 
 
 def language_token(meta: dict[str, Any], lang: str, where: str, given: str | None = None) -> str:
-    """The token that names ``lang`` to the model: M2M-100's ``__ja__``, NLLB's ``jpn_Jpan``
-    (the first of the language's scripts the model has: ``zho_Hans`` for zh; name another with
-    the step's ``src_token`` / ``tgt_token``); "" for a Marian model, which has none."""
+    """The token that names ``lang`` to the model: M2M-100's ``__ja__``, NLLB's ``jpn_Jpan``,
+    mBART-50's ``ja_XX`` (the first of the language's scripts the model has: ``zho_Hans`` for
+    zh; name another with the step's ``src_token`` / ``tgt_token``); "" for a Marian model,
+    which has none."""
     tokenizer = str(meta.get("tokenizer"))
     known = [str(code) for code in meta.get("languages", [])]
     if tokenizer == "MarianTokenizer":

@@ -115,7 +115,7 @@ class TranslationScorer(Scorer[TranslationScorerConfig]):
         self.decoder = ForceDecoder(ensemble, config.max_tokens)
 
     def _pretrained(self, members: dict[str, Artifact], reads: str, writes: str) -> Any:
-        """A pretrained model of the recipe's ``models`` (an OPUS-MT, M2M-100 or NLLB model):
+        """A pretrained model of the recipe's ``models`` (OPUS-MT, M2M-100, NLLB, mBART-50):
         scored alone by CTranslate2 with its own tokenizer, whatever ``backend`` says."""
         from mtcore_plugins.common.ct2_force import Ct2ForceDecoder
         from mtcore_plugins.common.pretrained import (
