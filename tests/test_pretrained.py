@@ -168,9 +168,14 @@ def test_a_local_directory_is_a_teacher_and_its_language_tokens_are_checked(
     got = output(tmp_path / "o", "bt")
     assert [g for i, g in enumerate(got) if i != 5] == [e for i, e in enumerate(expected) if i != 5]
     assert scores["w"] != scores["o"]  # the prefix token is the one named
-    done = run_teacher(tmp_path, write_recipe, "b", {"id": str(models["m2m100"])}, tgt="tlh")
+    m2m = {"id": str(models["m2m100"])}
+    done = run_teacher(tmp_path, write_recipe, "b", m2m, tgt="tlh")
     assert done.exit_code != 0
     assert "no language token for 'tlh'" in done.output and "tgt_token" in done.output
+    # a language the model lacks, named by another's token (HW-TSC §3.3: Liv as Estonian)
+    done = run_teacher(tmp_path, write_recipe, "liv", m2m, tgt="liv", tgt_token="__et__")
+    assert done.exit_code == 0, done.output
+    assert output(tmp_path / "liv", "bt")[0]
 
 
 class Exploit:

@@ -164,16 +164,20 @@ def load_tokenizer(path: Path) -> Any:
     )
 
 
-def check_pretrained(where: str, meta: dict[str, Any], src: str, tgt: str) -> None:
+def check_pretrained(
+    where: str, meta: dict[str, Any], src: str, tgt: str,
+    src_token: str | None = None, tgt_token: str | None = None,
+) -> None:  # fmt: skip
     """A pretrained model's artifact translates src->tgt: a multilingual one has tokens for
-    both languages, a Marian one names them (when its tokenizer_config does)."""
+    both languages (or the ``src_token`` / ``tgt_token`` given for them: HW-TSC's Liv as
+    Estonian), a Marian one names them (when its tokenizer_config does)."""
     if meta.get("type") != ARTIFACT_TYPE:
         raise DataError(f"{where} is not a pretrained model (artifact type {meta.get('type')!r})")
     if meta.get("task", "translation") != "translation":
         raise DataError(f"{where} is a {meta.get('model_type')} {meta.get('task')} model, not one "
                         "that translates")  # fmt: skip
-    language_token(meta, src, where)
-    language_token(meta, tgt, where)
+    language_token(meta, src, where, src_token)
+    language_token(meta, tgt, where, tgt_token)
     known = [str(code) for code in meta.get("languages", [])]
     if meta.get("tokenizer") == "MarianTokenizer" and len(known) == 2:
         source, target = ({langcodes.primary(k)} for k in known)

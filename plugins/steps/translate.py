@@ -53,7 +53,6 @@ from mtcore_plugins.common.pretrained import (
     PretrainedTokens,
     check_pretrained,
     converted_pretrained,
-    language_token,
 )
 from mtcore_plugins.common.translate_config import TranslateConfig, worker_threads
 
@@ -237,9 +236,7 @@ def check_pretrained_member(
         )
     model = members["model"]
     where = f"{step_id}: input model ({model.path})"
-    check_pretrained(where, model.meta, config.src, config.tgt)
-    language_token(model.meta, config.src, where, config.src_token)
-    language_token(model.meta, config.tgt, where, config.tgt_token)
+    check_pretrained(where, model.meta, config.src, config.tgt, config.src_token, config.tgt_token)
 
 
 def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult:
