@@ -35,8 +35,9 @@ def train_spm(lines: list[str], out: Path) -> Path:
     return out / "spm.model"
 
 
-def build(family: str, lines: list[str], out: Path, seed: int = 1) -> Path:
-    """A random ``family`` model (en<->ja for Marian: en->ja) saved in ``out``."""
+def build(family: str, lines: list[str], out: Path, seed: int = 1, **dims: int) -> Path:
+    """A random ``family`` model (en<->ja for Marian: en->ja) saved in ``out``; ``dims``
+    replace :data:`DIMS`."""
     import sentencepiece as spm
     import torch
     from transformers import (
@@ -69,7 +70,7 @@ def build(family: str, lines: list[str], out: Path, seed: int = 1) -> Path:
         pad = len(vocab) - 1
         config = MarianConfig(
             vocab_size=len(vocab), pad_token_id=pad, eos_token_id=0,
-            decoder_start_token_id=pad, **DIMS,
+            decoder_start_token_id=pad, **(DIMS | dims),
         )  # fmt: skip
         model = MarianMTModel(config)
     elif family == "m2m100":  # fairseq's dictionary order, as M2M-100's vocab.json has it
@@ -80,11 +81,11 @@ def build(family: str, lines: list[str], out: Path, seed: int = 1) -> Path:
         tok = M2M100Tokenizer(str(vocab_file), str(model_file), src_lang="en", tgt_lang="ja")
         # fairseq's M2M-100 dictionary ends in 8 made-up words (vocab_size 128112)
         size = max([*tok.get_vocab().values(), *tok.lang_token_to_id.values()]) + 1 + 8
-        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=size, **DIMS))
+        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=size, **(DIMS | dims)))
     elif family == "nllb":
         tok = NllbTokenizer(str(model_file), src_lang="eng_Latn", tgt_lang="jpn_Jpan")
         size = max(tok.get_vocab().values()) + 1
-        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=size, **DIMS))
+        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=size, **(DIMS | dims)))
     elif family == "mbart50":  # as facebook/mbart-large-50-many-to-many-mmt's config says
         tok = MBart50Tokenizer(str(model_file), src_lang="en_XX", tgt_lang="ja_XX")
         size = max(tok.get_vocab().values()) + 1
@@ -97,7 +98,7 @@ def build(family: str, lines: list[str], out: Path, seed: int = 1) -> Path:
             decoder_start_token_id=2,
             forced_eos_token_id=2,
             tokenizer_class="MBart50Tokenizer",
-            **DIMS,
+            **(DIMS | dims),
         )
         model = MBartForConditionalGeneration(config)
     else:

@@ -18,11 +18,12 @@ import sys
 import threading
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mtcore.api import (
+    Artifact,
     Corpus,
     DataError,
     PluginConfig,
@@ -32,6 +33,14 @@ from mtcore.api import (
     batched,
     run_logged,
     write_artifact_meta,
+)
+from mtcore_plugins.common.pretrained import ARTIFACT_TYPE as PRETRAINED, load_tokenizer
+from mtcore_plugins.common.pretrained_init import (
+    LanguageTokens,
+    borrow_rare_rows,
+    copy_tokenizer,
+    language_tokens,
+    write_dictionary,
 )
 from mtcore_plugins.common.spm import load_spm
 
@@ -66,6 +75,22 @@ class BinarizeConfig(PluginConfig):
         description="subword regularization of the training sources: {alpha, nbest_size, "
         "copies, seed}; unset: the single best segmentation",
     )
+    src_token: str | None = Field(
+        None,
+        min_length=1,
+        max_length=32,
+        description="with a pretrained model as spm: its language token for the source "
+        "(default: the one of src; HW-TSC §3.3 tags Livonian as Estonian, __et__)",
+    )
+    tgt_token: str | None = Field(
+        None, min_length=1, max_length=32, description="the same for the target"
+    )
+    oov: Literal["unk", "rare"] = Field(
+        "unk",
+        description="with a pretrained model as spm: pieces of the training data its "
+        "dictionary lacks become <unk> (unk) or take over the rows of its rarest entries "
+        "(rare; HW-TSC §3.3's OOV process for Livonian)",
+    )
 
 
 class BinarizeStep(Step[BinarizeConfig]):
@@ -74,7 +99,12 @@ class BinarizeStep(Step[BinarizeConfig]):
 
     The optional ``dictionary`` input (another binarize step's data, or a trained model) reuses
     its dictionary instead of building one: fine-tuning data (NT5 §4.3, HW-TSC's trusted set)
-    must index tokens exactly as the model being fine-tuned does."""
+    must index tokens exactly as the model being fine-tuned does.
+
+    ``spm`` may be a pretrained M2M-100 or NLLB model (``models:``) that a train step will
+    continue: its SentencePiece model segments the text, each source starts with the source
+    language's token and each target with the target's (fairseq's multilingual task as text),
+    and the dictionary is the model's own, fixed (:mod:`~mtcore_plugins.common.pretrained_init`)."""
 
     name = "binarize"
     inputs: ClassVar[dict[str, bool]] = {
@@ -86,12 +116,35 @@ class BinarizeStep(Step[BinarizeConfig]):
     outputs: ClassVar[tuple[str, ...]] = ("data",)
 
     def run(self, ctx: StepContext) -> None:
-        processor = load_spm(ctx.inputs["spm"].path)
+        spm = ctx.inputs["spm"]
         encoded = ctx.scratch("encoded")
-        lines = {split: self._encode(ctx, split, processor, encoded) for split in SPLITS}
-        out = ctx.fresh_output("data")  # fairseq-preprocess overwrites no file of a killed try
         given = ctx.inputs.get("dictionary")
-        self._preprocess(encoded, out, None if given is None else self._dictionary(given.path))
+        extra: dict[str, Any] = {}
+        if spm.meta.get("type") == PRETRAINED:
+            processor: Any = self._pretrained(ctx, spm, given is not None)
+            fixed: Path | None = encoded / "dict.txt"
+            extra["pretrained"] = {
+                "id": spm.meta.get("id"),
+                "dict_size": write_dictionary(spm, fixed),
+            }
+            extra["language_tokens"] = {"src": processor.source, "tgt": processor.prefix[0]}
+        else:
+            processor = load_spm(spm.path)
+            fixed = None if given is None else self._dictionary(given.path)
+        lines = {split: self._encode(ctx, split, processor, encoded) for split in SPLITS}
+        if fixed is not None and "pretrained" in extra and self.config.oov == "rare":
+            langs = (self.config.src, self.config.tgt)
+            reserved = frozenset(processor.tokenizer.all_special_tokens)
+            unknown, pairs = borrow_rare_rows(
+                fixed, [encoded / f"train.{lang}" for lang in langs], reserved
+            )
+            ctx.stats.add("binarize.oov_pieces", unknown)
+            ctx.stats.add("binarize.oov_rows_borrowed", len(pairs))
+            extra["pretrained"]["oov_rows_borrowed"] = len(pairs)
+        out = ctx.fresh_output("data")  # fairseq-preprocess overwrites no file of a killed try
+        self._preprocess(encoded, out, fixed)
+        if "pretrained" in extra:
+            copy_tokenizer(spm, out)
         for split, count in lines.items():
             for lang in (self.config.src, self.config.tgt):
                 found = mmap_length(out / f"{split}.{self.config.src}-{self.config.tgt}.{lang}.idx")
@@ -110,7 +163,21 @@ class BinarizeStep(Step[BinarizeConfig]):
             lines=lines,
             dict=f"dict.{self.config.src}.txt",
             src_sampling=None if sampling is None else sampling.model_dump(),
+            **extra,
         )
+
+    def _pretrained(self, ctx: StepContext, model: Artifact, dictionary: bool) -> LanguageTokens:
+        c = self.config
+        where = f"{ctx.step_id}: input spm ({model.path})"
+        if dictionary:
+            raise DataError(f"{where} is a pretrained model, whose dictionary is fixed: leave "
+                            "the dictionary input unconnected")  # fmt: skip
+        if c.src_sampling is not None:
+            raise DataError(f"{where} is a pretrained model: src_sampling is for a recipe's own "
+                            "SentencePiece model")  # fmt: skip
+        tokens = language_tokens(model, c.src, c.tgt, c.src_token, c.tgt_token, where)
+        tok = load_tokenizer(model.path)
+        return LanguageTokens(tok, tokens["src"], [tokens["tgt"]], frozenset())
 
     def _encode(self, ctx: StepContext, split: str, processor: Any, encoded: Path) -> int:
         corpus = Corpus.open(ctx.inputs[split].path)
@@ -127,13 +194,18 @@ class BinarizeStep(Step[BinarizeConfig]):
             ]
             for number, chunk in enumerate(batched(corpus, CHUNK)):
                 src, tgt = ([pair[column] for pair in chunk] for column in columns)
-                tgt_pieces = processor.encode(tgt, out_type=str)
+                if isinstance(processor, LanguageTokens):  # a pretrained model's, tagged
+                    src_tagged = [[processor.source, *p] for p in processor.pieces(src)]
+                    tgt_pieces = [[processor.prefix[0], *p] for p in processor.pieces(tgt)]
+                else:
+                    tgt_pieces = processor.encode(tgt, out_type=str)
                 for copy in range(copies):  # one copy when sampling is None
-                    src_pieces = (
-                        processor.encode(src, out_type=str)
-                        if sampling is None
-                        else _sampled(processor, src, sampling, (number, copy))
-                    )
+                    if isinstance(processor, LanguageTokens):
+                        src_pieces = src_tagged
+                    elif sampling is None:
+                        src_pieces = processor.encode(src, out_type=str)
+                    else:
+                        src_pieces = _sampled(processor, src, sampling, (number, copy))
                     for encoded_side, handle in zip((src_pieces, tgt_pieces), handles, strict=True):
                         for pieces in encoded_side:
                             if not pieces:

@@ -34,6 +34,13 @@ from mtcore_plugins.common.checkpoints import (
     select_best,
     select_checkpoints,
 )
+from mtcore_plugins.common.pretrained import ARTIFACT_TYPE as PRETRAINED
+from mtcore_plugins.common.pretrained_init import (
+    TOKENIZER_DIR,
+    arch_args,
+    check_continuable,
+    fairseq_checkpoint,
+)
 from mtcore_plugins.common.train_config import TrainConfig
 from mtcore_plugins.common.train_log import (
     LOADED,
@@ -52,7 +59,13 @@ class TrainStep(Step[TrainConfig]):
     """fairseq-train on a ``fairseq-data`` artifact; writes ``model/checkpoint.pt`` (averaged).
     With ``init`` (a ``fairseq-model`` artifact) training starts from that model's weights with
     a fresh optimizer, LR schedule, meters and data iterator (fairseq --finetune-from-model,
-    which a killed run resumes from its own checkpoint_last.pt instead)."""
+    which a killed run resumes from its own checkpoint_last.pt instead).
+
+    ``init`` may also be a pretrained M2M-100 or NLLB model of the recipe's ``models:``
+    (HW-TSC §3.3/§5.3), with data binarized by its tokenizer (``binarize`` with the model as
+    ``spm``): its weights become a fairseq ``transformer`` of the model's shape (``arch:
+    transformer``), and the trained model keeps the tokenizer and language tokens its decoders
+    need (:mod:`~mtcore_plugins.common.pretrained_init`)."""
 
     name = "train"
     inputs: ClassVar[dict[str, bool]] = {"data": True, "init": False}
@@ -92,11 +105,12 @@ class TrainStep(Step[TrainConfig]):
         started = time.time()
         init = ctx.inputs.get("init")
         models = self._models(init)
+        shape = self._pretrained_shape(ctx, data, init)
         if not training_done(log):
             start = self._init_checkpoint(ctx, data, init) if init is not None else None
             if repair_last_checkpoint(save_dir):
                 ctx.stats.add("train.repaired_checkpoint_last")
-            cmd = self.command(data.path, data.meta, save_dir, start, models)
+            cmd = self.command(data.path, data.meta, save_dir, start, models, shape)
             cmd += tensorboard_args(ctx.step_id)
             # one CPU process: a warm fork; several (torch.distributed), or CUDA (a fork of a
             # process that may have touched the driver), start cold
@@ -107,6 +121,11 @@ class TrainStep(Step[TrainConfig]):
         shutil.rmtree(save_dir, ignore_errors=True)
         for lang in (data.meta["src"], data.meta["tgt"]):
             shutil.copyfile(data.path / f"dict.{lang}.txt", out / f"dict.{lang}.txt")
+        extra: dict[str, Any] = {}
+        if "language_tokens" in data.meta:  # a pretrained model's tokenizer, tagged
+            shutil.copytree(data.path / TOKENIZER_DIR, out / TOKENIZER_DIR, dirs_exist_ok=True)
+            extra = {k: data.meta[k] for k in ("language_tokens", "pretrained")}
+            extra["arch_args"] = shape
         self._report(ctx, log, time.time() - started)
         write_artifact_meta(
             out,
@@ -118,6 +137,7 @@ class TrainStep(Step[TrainConfig]):
             models=models,
             direction=self.config.direction,
             criterion=self.config.criterion,
+            **extra,
         )
 
     def command(
@@ -127,7 +147,10 @@ class TrainStep(Step[TrainConfig]):
         save_dir: Path,
         init: Path | None = None,
         models: list[str] | None = None,
+        shape: list[str] | None = None,
     ) -> list[str]:
+        """``shape``: the flags of a pretrained model's network (:func:`arch_args`), which
+        replace ``--arch``."""
         c = self.config
         head = [sys.executable, "-m", ENTRY, "train", "--models", ",".join(models or c.models)]
         head += ["--threads", str(c.threads), "--too-long", c.too_long]
@@ -167,7 +190,10 @@ class TrainStep(Step[TrainConfig]):
             "--log-format": "json",
             "--log-interval": c.log_interval,
         }
+        if shape:
+            del flags["--arch"]
         args = [item for flag, value in flags.items() for item in (flag, str(value))]
+        args += shape or []
         if init is not None:
             args += ["--finetune-from-model", str(init)]
         optional = [*self._optimizer_args(), *self._optional_args(), *self._criterion_args()]
@@ -255,11 +281,50 @@ class TrainStep(Step[TrainConfig]):
         inherited = list(init.meta.get("models", [])) if init is not None else []
         return list(dict.fromkeys([*self.config.models, *inherited]))
 
+    def _pretrained_shape(
+        self, ctx: StepContext, data: Artifact, init: Artifact | None
+    ) -> list[str] | None:
+        """The fairseq flags of a pretrained init model's network (None for a fairseq init or
+        none), after checking the data was binarized by its tokenizer."""
+        pretrained = init is not None and init.meta.get("type") == PRETRAINED
+        made_by = (data.meta.get("pretrained") or {}).get("id")
+        if not pretrained:
+            inherited = None if init is None else init.meta.get("arch_args")
+            if made_by is not None and inherited is None:
+                raise DataError(
+                    f"{ctx.step_id}: the data was binarized for the pretrained model {made_by}; "
+                    "connect that model as init (or a model trained from it)"
+                )
+            return None if inherited is None else [str(a) for a in inherited]
+        assert init is not None
+        where = f"{ctx.step_id}: init model {init.path}"
+        config = check_continuable(init, where)
+        if made_by != init.meta.get("id"):
+            raise DataError(
+                f"{where} is the pretrained model {init.meta.get('id')}; the data was not "
+                "binarized with its tokenizer (connect the model as the binarize step's spm)"
+            )
+        if self.config.arch != "transformer":
+            raise DataError(
+                f"{where}: a pretrained model sets the network itself; set arch: transformer "
+                f"(not {self.config.arch!r})"
+            )
+        if self.config.direction != "l2r" or self.config.models != ["transformer_presets"]:
+            raise DataError(f"{where}: a pretrained model trains left to right with fairseq's "
+                            "own transformer (no direction or models settings)")  # fmt: skip
+        return arch_args(config)
+
     def _init_checkpoint(self, ctx: StepContext, data: Artifact, init: Artifact) -> Path:
-        """The checkpoint training starts from: the init model's own (same dictionaries) or a
-        copy with its embedding rows mapped onto the data's dictionaries."""
+        """The checkpoint training starts from: the init model's own (same dictionaries), a
+        copy with its embedding rows mapped onto the data's dictionaries, or a pretrained
+        M2M-100/NLLB model's weights as a fairseq checkpoint."""
         c, meta = self.config, init.meta
         where = f"{ctx.step_id}: init model {init.path}"
+        if meta.get("type") == PRETRAINED:
+            converted = ctx.scratch("init") / "pretrained.pt"
+            if not converted.exists():
+                fairseq_checkpoint(init, converted)
+            return converted
         if meta.get("type") != "fairseq-model":
             raise DataError(f"{where} is not a fairseq model (artifact type {meta.get('type')!r})")
         if (meta.get("src"), meta.get("tgt")) != (data.meta["src"], data.meta["tgt"]):

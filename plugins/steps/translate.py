@@ -54,6 +54,7 @@ from mtcore_plugins.common.pretrained import (
     check_pretrained,
     converted_pretrained,
 )
+from mtcore_plugins.common.pretrained_init import LanguageTokens
 from mtcore_plugins.common.translate_config import TranslateConfig, worker_threads
 
 __all__ = ["MODEL_ROLES", "TranslateConfig", "TranslateStep", "Translator", "check_members"]
@@ -123,12 +124,15 @@ class TranslateStep(Step[TranslateConfig]):
             check_members(
                 self.config.src, self.config.tgt, self.config.weights, ctx.step_id, members
             )
-            if "spm" not in ctx.inputs:
+            if tagged(members):
+                ct2 = tagged_model(self.config, members, ctx)
+            elif "spm" not in ctx.inputs:
                 raise DataError(
                     f"{ctx.step_id}: input spm is not connected; a fairseq model needs the "
                     "SentencePiece model of its data (a pretrained model brings its tokenizer)"
                 )
-            ct2 = ct2_model(self.config, members, ctx)
+            else:
+                ct2 = ct2_model(self.config, members, ctx)
         threads = torch.get_num_threads()
         try:
             self._translate(ctx, corpus, corpus.langs.index(self.config.src), ct2)
@@ -225,6 +229,36 @@ def pretrained(members: dict[str, Artifact]) -> bool:
     return members["model"].meta.get("type") == ARTIFACT_TYPE
 
 
+def tagged(members: dict[str, Artifact]) -> bool:
+    """A fairseq model continued from a pretrained M2M-100/NLLB model: its text carries
+    language tokens (:mod:`~mtcore_plugins.common.pretrained_init`)."""
+    return "language_tokens" in members["model"].meta
+
+
+def tagged_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepContext) -> str:
+    """The CTranslate2 model of a continued M2M-100/NLLB model, which decodes with CTranslate2
+    whatever ``backend`` says (its language tokens are CTranslate2's prefix)."""
+    from mtcore_plugins.common.ct2_convert import converted
+    from mtcore_plugins.common.ct2_decoding import obstacles
+
+    model = members["model"]
+    tokens = model.meta["language_tokens"]
+    for side, given in (("src", config.src_token), ("tgt", config.tgt_token)):
+        if given is not None and given != tokens[side]:
+            raise DataError(
+                f"{ctx.step_id}: {side}_token {given!r}, but input model {model.path} was "
+                f"trained with {tokens[side]!r} for {getattr(config, side)!r}"
+            )
+    reasons = obstacles(config, members, ctx.registry)
+    if reasons:
+        raise DataError(
+            f"{ctx.step_id}: input model {members['model'].path} was continued from a pretrained "
+            f"model and decodes with CTranslate2, which cannot run this: {'; '.join(reasons)}"
+        )
+    ctx.metrics["backend"] = "ctranslate2"
+    return str(converted(members["model"], config.src, config.tgt, config.models, ctx.registry))
+
+
 def check_pretrained_member(
     config: TranslateConfig, step_id: str, members: dict[str, Artifact]
 ) -> None:
@@ -256,6 +290,10 @@ def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult
                 job.inputs["model"], config.src, config.tgt, config.src_token, config.tgt_token
             )
             return Ct2Translator(config, job, Path(ct2), threads, tokens)
+        if tagged(job.inputs):
+            model = job.inputs["model"]
+            tags = LanguageTokens.load(model.path, model.meta)
+            return Ct2Translator(config, job, Path(ct2), threads, tags)
         return Ct2Translator(config, job, Path(ct2), threads) if ct2 else Translator(config, job)
 
     # loaded by the first shard, kept for the next ones; one translator per worker at a time

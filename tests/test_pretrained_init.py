@@ -1,0 +1,239 @@
+"""A pretrained M2M-100 / NLLB model continued by fairseq (HW-TSC §3.3/§5.3): ``binarize`` with
+the model as ``spm`` (its SentencePiece model, its fixed dictionary, language tokens on both
+sides), ``train`` with it as ``init`` (its weights as a fairseq transformer), and the trained
+model decoded with its tokens. Tiny random models built with transformers' own classes
+(tests/tiny_pretrained.py) on real en-ja lines."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mtcore.cli.app import cli
+from mtcore.data.corpus import Corpus
+from mtcore_plugins.common.pretrained import load_tokenizer
+from mtcore_plugins.common.pretrained_init import LanguageTokens
+
+from .conftest import ENJA
+from .test_pretrained import lines, models  # noqa: F401 (a fixture)
+from .tiny_pretrained import build, greedy
+
+pytestmark = pytest.mark.skipif(not ENJA.is_dir(), reason=f"real data not found at {ENJA}")
+TARGET = {"m2m100": "__ja__", "nllb": "jpn_Jpan"}
+
+
+def write_pairs(folder: Path, name: str, src: list[str], tgt: list[str]) -> dict[str, str]:
+    files = {}
+    for lang, text in (("en", src), ("ja", tgt)):
+        path = folder / f"{name}.{lang}"
+        path.write_text("\n".join(text) + "\n", encoding="utf-8")
+        files[lang] = str(path)
+    return files
+
+
+def recipe(tmp_path: Path, model: Path, **train: Any) -> dict[str, Any]:
+    """en->ja: 300 real training pairs binarized by the pretrained model's tokenizer, the model
+    continued on them and translating 12 real test lines (one empty) greedily."""
+    test_src = lines("test", "en", 12)
+    test_src[5] = ""
+    data = {
+        "train": write_pairs(
+            tmp_path, "train", lines("train", "en", 300), lines("train", "ja", 300)
+        ),
+        "valid": write_pairs(tmp_path, "valid", lines("dev", "en", 40), lines("dev", "ja", 40)),
+        "test": write_pairs(tmp_path, "test", test_src, lines("test", "ja", 12)),
+    }
+    return {
+        "name": "continued",
+        "directions": ["en-ja"],
+        "executor": {"workers": 1},
+        "data": {
+            name: {"source": "local", "files": files, "input": {"empty": "keep"}}
+            for name, files in data.items()
+        },
+        "models": {"m2m": {"id": str(model)}},
+        "steps": {
+            "bin": {
+                "kind": "binarize",
+                "inputs": {"train": "train", "valid": "valid", "spm": "m2m"},
+                "src": "en",
+                "tgt": "ja",
+            },
+            "cont": {
+                "kind": "train",
+                "inputs": {"data": "bin", "init": "m2m"},
+                **{"arch": "transformer", "max_update": 4, "max_tokens": 2000, "threads": 1},
+                **{"lr_scheduler": "fixed", "warmup_updates": 0, "save_interval_updates": 2},
+                **train,
+            },
+            "tr": {
+                "kind": "translate",
+                "inputs": {"model": "cont", "corpus": "test"},
+                **{"src": "en", "tgt": "ja", "beam": 1},
+            },
+        },
+    }
+
+
+def run(tmp_path: Path, write_recipe, name: str, doc: dict[str, Any]) -> Any:
+    path = write_recipe(doc, f"{name}.yaml")
+    return CliRunner().invoke(cli, ["run", "-q", str(path), "-w", str(tmp_path / name)])
+
+
+def step_dir(work: Path, step: str) -> Path:
+    (folder,) = (work / "steps").glob(f"{step}-*")
+    return folder
+
+
+def output(work: Path, step: str) -> list[str]:
+    corpus = Corpus.open(step_dir(work, step) / "hyp")
+    return corpus.file(corpus.langs[0]).read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("family", list(TARGET))
+def test_a_continued_model_starts_as_the_pretrained_model_translates(
+    family: str,
+    models: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    write_recipe,
+) -> None:
+    """Trained with a learning rate too small to move a weight, the continued fairseq model
+    translates the real test lines as transformers' greedy search of the pretrained model
+    does, line for line: the dictionary, the weights, the network's shape and the language
+    tokens all carried over. The data's sources start with the source language token and its
+    targets with the target's; the dictionary is the model's, in its order."""
+    done = run(tmp_path, write_recipe, "w", recipe(tmp_path, models[family], lr=1e-12))
+    assert done.exit_code == 0, done.output
+    work = tmp_path / "w"
+    data = step_dir(work, "bin") / "data"
+    meta = json.loads((data / "artifact.json").read_text())
+    source_token = "__en__" if family == "m2m100" else "eng_Latn"
+    assert meta["language_tokens"] == {"src": source_token, "tgt": TARGET[family]}
+    tok = load_tokenizer(models[family])
+    config = json.loads((models[family] / "config.json").read_text())
+    symbols = (data / "dict.en.txt").read_text(encoding="utf-8").splitlines()
+    assert len(symbols) + 4 == config["vocab_size"] == meta["pretrained"]["dict_size"]
+    for index in (4, 100, tok.convert_tokens_to_ids(TARGET[family])):
+        assert symbols[index - 4].split(" ")[0] == tok.convert_ids_to_tokens(index)
+    model = json.loads((step_dir(work, "cont") / "model" / "artifact.json").read_text())
+    assert model["language_tokens"] == meta["language_tokens"] and model["arch"] == "transformer"
+    sources = lines("test", "en", 12)
+    caps = [min(math.floor(len(tok(s)["input_ids"]) * 1.5 + 10), 62) for s in sources]
+    expected = greedy(models[family], sources, TARGET[family], caps)
+    got = output(work, "tr")
+    assert got[5] == "" and len(got) == 12
+    assert [g for i, g in enumerate(got) if i != 5] == [e for i, e in enumerate(expected) if i != 5]
+
+
+def test_continuing_learns_the_data_and_refuses_what_does_not_fit(
+    models: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    write_recipe,
+) -> None:
+    """Trained for real, the continued model's dev loss falls from the pretrained model's; a
+    fairseq arch other than fairseq's own transformer, a model without language tokens for the
+    data and data binarized by another tokenizer are refused with what to set."""
+    doc = recipe(tmp_path, models["m2m100"], lr=0.003, max_update=30, save_interval_updates=30)
+    done = run(tmp_path, write_recipe, "w", doc)
+    assert done.exit_code == 0, done.output
+    log = (step_dir(tmp_path / "w", "cont") / "model" / "train.log").read_text()
+    losses = [json.loads(line.split("|")[-1])["valid_loss"] for line in log.splitlines()
+              if '"valid_loss"' in line]  # fmt: skip
+    assert losses
+    changed = output(tmp_path / "w", "tr")
+    doc = recipe(tmp_path, models["m2m100"], lr=1e-12, max_update=30, save_interval_updates=30)
+    done = run(tmp_path, write_recipe, "z", doc)
+    assert done.exit_code == 0, done.output
+    log = (step_dir(tmp_path / "z", "cont") / "model" / "train.log").read_text()
+    start = [json.loads(line.split("|")[-1])["valid_loss"] for line in log.splitlines()
+             if '"valid_loss"' in line]  # fmt: skip
+    assert float(losses[-1]) < float(start[-1]) - 0.5
+    assert changed != output(tmp_path / "z", "tr")
+    wrong = recipe(tmp_path, models["m2m100"], arch="mtcore_transformer_tiny")
+    done = run(tmp_path, write_recipe, "a", wrong)
+    assert done.exit_code != 0 and "set arch: transformer" in done.output
+    wrong = recipe(tmp_path, models["m2m100"])
+    wrong["steps"]["bin"]["tgt_token"] = "__tlh__"
+    done = run(tmp_path, write_recipe, "t", wrong)
+    assert done.exit_code != 0 and "'__tlh__' is not one of the model's" in done.output
+    wrong = recipe(tmp_path, models["m2m100"])
+    wrong["models"]["other"] = {"id": str(models["nllb"])}
+    wrong["steps"]["cont"]["inputs"]["init"] = "other"
+    done = run(tmp_path, write_recipe, "o", wrong)
+    assert done.exit_code != 0 and "not binarized with its tokenizer" in done.output
+
+
+LIVEN = ENJA.parents[1] / "en-liv" / "wmt-conference+wmt22-news-systems" / "txt"
+LIVONIAN = set("āēīōūȯȱǟõäöüšžņļŗțḑ")
+"""Letters of Livonian's alphabet an English SentencePiece model has not seen."""
+
+
+def livonian(start: int, end: int) -> tuple[list[str], list[str]]:
+    en = (LIVEN / "sources" / "generaltest2022.en-liv.src.en").read_text(encoding="utf-8")
+    liv = (LIVEN / "references" / "generaltest2022.en-liv.ref.A.liv").read_text(encoding="utf-8")
+    return en.splitlines()[start:end], liv.splitlines()[start:end]
+
+
+@pytest.mark.skipif(not LIVEN.is_dir(), reason=f"real data not found at {LIVEN}")
+def test_livonian_tagged_as_estonian_with_its_unknown_pieces_on_rare_rows(
+    tmp_path: Path, write_recipe
+) -> None:
+    """HW-TSC §3.3 on real WMT22 En-Liv lines: the model has no Livonian, so Livonian is tagged
+    with Estonian's token, and the pieces of Livonian text its dictionary lacks (letters such
+    as ō and ļ) take over the rows of its rarest entries (``oov: rare``) instead of becoming
+    <unk>; the continued model writes those letters."""
+    text = lines("train", "en", 400) + lines("train", "ja", 400)
+    model = build("m2m100", text, tmp_path / "m2m100", seed=2, max_position_embeddings=256)
+    doc = recipe(
+        tmp_path, model, lr=0.003, max_update=60, save_interval_updates=60, too_long="skip"
+    )
+    files = {
+        name: write_pairs(tmp_path, name, *livonian(a, b))
+        for name, (a, b) in {"train": (0, 300), "valid": (300, 340), "test": (340, 352)}.items()
+    }
+    for name, pair in files.items():
+        doc["data"][name]["files"] = {"en": pair["en"], "liv": pair["ja"]}
+    doc["directions"] = ["en-liv"]
+    for step in ("bin", "tr"):
+        doc["steps"][step]["tgt"] = "liv"
+    doc["steps"]["bin"].update(tgt_token="__et__", oov="rare")
+    doc["steps"]["tr"]["tgt_token"] = "__et__"  # what the model was trained with: checked
+    doc["steps"]["unk"] = {**doc["steps"]["bin"], "oov": "unk"}
+    done = run(tmp_path, write_recipe, "w", doc)
+    assert done.exit_code == 0, done.output
+    work = tmp_path / "w"
+    replaced = {}
+    for step in ("bin", "unk"):  # fairseq-preprocess: "[liv] ...: 300 sents, N tokens, X% replaced"
+        log = (step_dir(work, step) / "data" / "binarize.log").read_text(encoding="utf-8")
+        found = re.search(r"\[liv\] \S+train\.liv: 300 sents, \d+ tokens, ([\d.]+)% replaced", log)
+        assert found, log
+        replaced[step] = float(found.group(1))
+    assert replaced["bin"] == 0.0 and replaced["unk"] > 10.0  # a fifth of Livonian's pieces
+    meta = json.loads((step_dir(work, "bin") / "data" / "artifact.json").read_text())
+    assert meta["language_tokens"] == {"src": "__en__", "tgt": "__et__"}
+    assert meta["pretrained"]["oov_rows_borrowed"] > 20
+    dictionary = step_dir(work, "bin") / "data" / "dict.liv.txt"
+    symbols = [line.split(" ")[0] for line in dictionary.read_text().splitlines()]
+    before = [line.split(" ")[0] for line in (step_dir(work, "unk") / "data" / "dict.liv.txt")
+              .read_text().splitlines()]  # fmt: skip
+    moved = [i for i, (a, b) in enumerate(zip(symbols, before, strict=True)) if a != b]
+    assert len(moved) == meta["pretrained"]["oov_rows_borrowed"]
+    assert any(set(symbols[i]) & LIVONIAN for i in moved)
+    assert all(not before[i].startswith(("__", "madeupword")) for i in moved)
+    assert min(moved) > len(symbols) // 2  # the rare end of the frequency-sorted dictionary
+    # the trained model's tokens: Livonian pieces decode to the text (SentencePiece's own
+    # decoding would make an unknown piece " ⁇ ")
+    model = step_dir(work, "cont") / "model"
+    tokens = LanguageTokens.load(model, json.loads((model / "artifact.json").read_text()))
+    _, liv = livonian(340, 352)
+    encoded = tokens.pieces(liv)
+    assert [tokens.decode([tokens.prefix[0], *p]) for p in encoded] == [
+        " ".join(t.split()) for t in liv
+    ]
+    assert len(output(work, "tr")) == 12
