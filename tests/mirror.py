@@ -4,6 +4,7 @@ layout and member names, same column layout, a few hundred real lines in the ent
 from ../shared/data. A file that ../shared/data holds itself (the WMT test sets and IWSLT20
 references pinned by the recipes) is served as it is, so its pinned sha256 is checked for real;
 every other file is a replica, listed with its sha256 in ``mirror.json`` (plugins/common/mirror).
+A ``models:`` entry's hub files are a tiny random model of its family (:func:`model_replicas`).
 
     python -m tests.mirror OUT_DIR        # writes the tree; serve it with any HTTP server
 """
@@ -226,6 +227,43 @@ def archive_bytes(name: str, members: dict[str, bytes]) -> bytes:
 # --- the tree ------------------------------------------------------------------------------
 
 
+FAMILIES = {"m2m100": "m2m100", "nllb": "nllb", "opus-mt": "marian", "mbart": "mbart50"}
+"""A hub id's family (a part of its name) -> tests/tiny_pretrained.py's family."""
+
+
+def model_replicas(
+    out: Path, recipes: tuple[str, ...] = RECIPES, profile: str = "paper"
+) -> dict[str, tuple[bytes, str]]:
+    """Every file a ``models:`` entry of a paper profile fetches from the hub: a tiny random
+    model of the entry's family (tests/tiny_pretrained.py; SentencePiece on real English,
+    1024 positions as M2M-100's), at the address ``fetch_model`` asks, ``pytorch_model.bin``
+    for an entry with ``weights: bin``. Returns address -> (bytes, the entry's name)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from .tiny_pretrained import build
+
+    registry = load_registry()
+    found: dict[str, tuple[bytes, str]] = {}
+    for name in recipes:
+        recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml", registry, profile)
+        for step_id, spec in recipe.steps.items():
+            cfg = spec.plugin.config
+            if not type(spec.plugin).fetches_model or not cfg.id.startswith("hf:"):
+                continue
+            repo = cfg.id.removeprefix("hf:")
+            family = next(f for key, f in FAMILIES.items() if key in repo.lower())
+            text = [row[0] for row in real_rows(("en",), f"{name}.{step_id}", 400)]
+            model = build(family, text, out / f"{name}.{step_id}", max_position_embeddings=1024)
+            if cfg.weights == "bin":
+                torch.save(load_file(str(model / "model.safetensors")), model / "pytorch_model.bin")
+            for path in sorted(model.iterdir()):
+                if path.is_file():
+                    address = f"https://huggingface.co/{repo}/resolve/{cfg.revision}/{path.name}"
+                    found[address] = (path.read_bytes(), step_id)
+    return found
+
+
 def mirror_path(out: Path, url: str) -> Path:
     parts = urlsplit(url)
     return out / parts.netloc / parts.path.lstrip("/")
@@ -278,6 +316,9 @@ def build_mirror(
             raise NotImplementedError(f"{entry.recipe}.{entry.name}: no replica for this layout")
     for url, archive in archives.items():
         files[url] = archive_bytes(urlsplit(url).path, archive.members)
+    for url, (data, entry) in model_replicas(out.parent / f".{out.name}.models", recipes).items():
+        files[url] = data
+        readers[url].append(entry)
     replicas = {}
     for url, data in files.items():
         target = mirror_path(out, url)

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from mtcore.api import Artifact, DataError
 from mtcore.cli.app import cli
 from mtcore.data.corpus import Corpus
+from mtcore_plugins.common.decoding import check_members
 from mtcore_plugins.common.pretrained import load_tokenizer
 from mtcore_plugins.common.pretrained_init import LanguageTokens
 
@@ -155,6 +157,9 @@ def test_continuing_learns_the_data_and_refuses_what_does_not_fit(
              if '"valid_loss"' in line]  # fmt: skip
     assert float(losses[-1]) < float(start[-1]) - 0.5
     assert changed != output(tmp_path / "z", "tr")
+    continued = {"model": Artifact.open(step_dir(tmp_path / "w", "cont") / "model")}
+    with pytest.raises(DataError, match="reads its language tokens, which only the translate"):
+        check_members("en", "ja", {}, "forward", continued)  # the SentencePiece readers' check
     wrong = recipe(tmp_path, models["m2m100"], arch="mtcore_transformer_tiny")
     done = run(tmp_path, write_recipe, "a", wrong)
     assert done.exit_code != 0 and "set arch: transformer" in done.output

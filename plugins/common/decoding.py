@@ -57,10 +57,13 @@ class Ensemble:
 
 
 def check_members(
-    src: str, tgt: str, weights: dict[str, float], step_id: str, members: dict[str, Artifact]
-) -> str:
+    src: str, tgt: str, weights: dict[str, float], step_id: str, members: dict[str, Artifact],
+    tagged: bool = False,
+) -> str:  # fmt: skip
     """Every model translates src->tgt in one direction with the first model's dictionaries;
-    every weighted role is connected. Returns the direction (l2r or r2l)."""
+    every weighted role is connected. Returns the direction (l2r or r2l). A model continued
+    from a pretrained M2M-100/NLLB one reads language tokens, which only ``translate`` gives
+    (``tagged``)."""
     for role in weights:
         if role not in members:
             raise DataError(
@@ -71,6 +74,13 @@ def check_members(
     for role, member in members.items():
         meta, where = member.meta, f"{step_id}: input {role} ({member.path})"
         check_model(where, meta, src, tgt)
+        if "language_tokens" in meta and not tagged:
+            raise DataError(
+                f"{where} was continued from the pretrained model "
+                f"{(meta.get('pretrained') or {}).get('id')} and reads its language tokens, "
+                "which only the translate step writes (this step reads the recipe's "
+                "SentencePiece pieces)"
+            )
         if meta.get("direction", "l2r") != first.meta.get("direction", "l2r"):
             raise DataError(
                 f"{where} is {meta.get('direction', 'l2r')}, input model is "

@@ -309,9 +309,9 @@ class TrainStep(Step[TrainConfig]):
                 f"{where}: a pretrained model sets the network itself; set arch: transformer "
                 f"(not {self.config.arch!r})"
             )
-        if self.config.direction != "l2r" or self.config.models != ["transformer_presets"]:
-            raise DataError(f"{where}: a pretrained model trains left to right with fairseq's "
-                            "own transformer (no direction or models settings)")  # fmt: skip
+        if self.config.direction != "l2r":
+            raise DataError(f"{where}: a pretrained model reads left to right; leave direction "
+                            "unset")  # fmt: skip
         return arch_args(config)
 
     def _init_checkpoint(self, ctx: StepContext, data: Artifact, init: Artifact) -> Path:

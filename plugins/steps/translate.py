@@ -122,7 +122,7 @@ class TranslateStep(Step[TranslateConfig]):
             ctx.metrics["backend"] = "ctranslate2"
         else:
             check_members(
-                self.config.src, self.config.tgt, self.config.weights, ctx.step_id, members
+                self.config.src, self.config.tgt, self.config.weights, ctx.step_id, members, True
             )
             if tagged(members):
                 ct2 = tagged_model(self.config, members, ctx)
