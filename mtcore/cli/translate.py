@@ -129,6 +129,10 @@ def translate(
         output_path.write_bytes(text)
 
 
+MODEL_FORMATS = {"ctranslate2": "int8", "huggingface": "float32"}
+"""The formats ``export --format`` writes a stage's model in, with their default quantization."""
+
+
 @click.command()
 @recipe_options
 @WORKDIR
@@ -145,25 +149,26 @@ def translate(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["mtcore", "ctranslate2"]),
+    type=click.Choice(["mtcore", *MODEL_FORMATS]),
     default="mtcore",
     show_default=True,
     help="mtcore: the whole stage, for mtcore translate --system; ctranslate2: the stage's "
-    "model as a directory CTranslate2's Translator loads, its tokenizer beside it.",
+    "model as a directory CTranslate2's Translator loads, its tokenizer beside it; "
+    "huggingface: the stage's model as a directory transformers' AutoModelForSeq2SeqLM loads.",
 )
 @click.option(
     "--quantization",
-    default="int8",
-    show_default=True,
-    help="ctranslate2: the weights' type (int8, int8_float16, float16, bfloat16, float32, ...).",
+    default=None,
+    help="The weights' type. ctranslate2: int8 (the default), int8_float16, float16, bfloat16, "
+    "float32, ...; huggingface: float32 (the default), float16 or bfloat16.",
 )
 @click.option(
     "--tolerance",
     type=click.FloatRange(0.0, 100.0),
     default=1.0,
     show_default=True,
-    help="ctranslate2: the most BLEU the quantized model may lose against the unquantized one "
-    "on the stage's test set; over it nothing is written.",
+    help="ctranslate2, huggingface: the most BLEU the quantized model may lose against the "
+    "unquantized one on the stage's test set; over it nothing is written.",
 )
 def export(
     recipe: Path,
@@ -174,13 +179,14 @@ def export(
     stage: str | None,
     folder: Path,
     fmt: str,
-    quantization: str,
+    quantization: str | None,
     tolerance: float,
 ) -> None:
     """Write a stage of a finished run as a self-contained directory (models, vocabularies,
     SentencePiece and truecase models, rerank weights and feature models, post-processing
-    settings, scores) for mtcore translate --system DIR; or, with --format ctranslate2, its
-    model for CTranslate2, with the BLEU the quantization costs measured."""
+    settings, scores) for mtcore translate --system DIR; or, with --format ctranslate2 or
+    huggingface, its model for CTranslate2 or transformers, with the BLEU the quantization
+    costs measured."""
     from mtcore.system.export import export_model_format, export_system
     from mtcore.system.inference import Translator, build_hint
 
@@ -189,6 +195,7 @@ def export(
     hint = build_hint(recipe, profile, where)
     system = Translator.from_run(loaded, registry, where, direction, stage, build_hint=hint)
     if fmt != "mtcore":
+        quantization = quantization or MODEL_FORMATS[fmt]
         made = export_model_format(
             loaded, registry, system, where, folder, fmt, quantization, tolerance
         )

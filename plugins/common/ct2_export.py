@@ -101,13 +101,18 @@ def export_ctranslate2(
         "direction": str(model.meta.get("direction", "l2r")),
         "tokenizer": tokenizer,
         "positions": {"source": source, "target": target},
-        "search": {
-            "beam_size": config.beam,
-            "length_penalty": config.lenpen,
-            "max_len_a": config.max_len_a,
-            "max_len_b": config.max_len_b,
-            "no_repeat_ngram_size": config.no_repeat_ngram_size,
-            "target_prefix": tokens.prefix if tokens is not None else [],
-        },
+        "search": search_settings(config, tokens.prefix if tokens is not None else []),
     }
     return ModelExport(config.src, config.tgt, info, decode)
+
+
+def search_settings(config: Any, prefix: list[str]) -> dict[str, Any]:
+    """The translate step's search as an export's ``mtcore_export.json`` states it."""
+    return {
+        "beam_size": config.beam,
+        "length_penalty": config.lenpen,
+        "max_len_a": config.max_len_a,
+        "max_len_b": config.max_len_b,
+        "no_repeat_ngram_size": config.no_repeat_ngram_size,
+        "target_prefix": prefix,
+    }

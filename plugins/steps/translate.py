@@ -84,21 +84,26 @@ class TranslateStep(Step[TranslateConfig]):
     }
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest")
     streams: ClassVar[tuple[str, ...]] = ("corpus",)
-    export_formats: ClassVar[tuple[str, ...]] = ("ctranslate2",)
+    export_formats: ClassVar[tuple[str, ...]] = ("ctranslate2", "huggingface")
 
     def export_model(
         self, inputs: dict[str, Artifact], fmt: str, out: Path, quantization: str, registry: Any
     ) -> ModelExport:
-        """The model as a CTranslate2 directory (:mod:`~mtcore_plugins.common.ct2_export`)."""
+        """The model as a CTranslate2 directory (:mod:`~mtcore_plugins.common.ct2_export`) or
+        a transformers one (:mod:`~mtcore_plugins.common.hf_export`)."""
         if fmt not in self.export_formats:
             raise DataError(f"translate exports {', '.join(self.export_formats)}, not {fmt!r}")
-        from mtcore_plugins.common.ct2_export import export_ctranslate2
-
         members = {r: a for r, a in inputs.items() if r in MODEL_ROLES}
         if pretrained(members):
             check_pretrained_member(self.config, "export", members)
         else:
             check_members(self.config.src, self.config.tgt, self.config.weights, "export", members)
+        if fmt == "huggingface":
+            from mtcore_plugins.common.hf_export import export_huggingface
+
+            return export_huggingface(self.config, "export", inputs, out, quantization, registry)
+        from mtcore_plugins.common.ct2_export import export_ctranslate2
+
         return export_ctranslate2(self.config, "export", inputs, out, quantization, registry)
 
     def written_outputs(self) -> tuple[str, ...]:
