@@ -12,15 +12,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import ctranslate2
 import pytest
 from click.testing import CliRunner
 
 from mtcore.api import Artifact, DataError
 from mtcore.cli.app import cli
+from mtcore.contracts.registry import load_registry
 from mtcore.data.corpus import Corpus
 from mtcore_plugins.common.decoding import check_members
 from mtcore_plugins.common.pretrained import load_tokenizer
 from mtcore_plugins.common.pretrained_init import LanguageTokens
+from mtcore_plugins.steps.translate import TranslateStep
 
 from .conftest import ENJA
 from .test_pretrained import lines, models  # noqa: F401 (a fixture)
@@ -157,6 +160,26 @@ def test_continuing_learns_the_data_and_refuses_what_does_not_fit(
              if '"valid_loss"' in line]  # fmt: skip
     assert float(losses[-1]) < float(start[-1]) - 0.5
     assert changed != output(tmp_path / "z", "tr")
+    # exported for CTranslate2: its own Translator, with the tokenizer written beside the
+    # model, the source token first and the target's as prefix, translates as the step did
+    step = TranslateStep.from_dict({"src": "en", "tgt": "ja", "beam": 1})
+    unmoved = {"model": Artifact.open(step_dir(tmp_path / "z", "cont") / "model")}
+    made = step.export_model(unmoved, "ctranslate2", tmp_path / "ct2", "float32", load_registry())
+    sources = lines("test", "en", 12)
+    expected = output(tmp_path / "z", "tr")
+    assert made.decode(sources, True)[:5] == expected[:5]
+    assert made.info["search"]["target_prefix"] == ["__ja__"]
+    native = ctranslate2.Translator(str(tmp_path / "ct2"))
+    tok = load_tokenizer(tmp_path / "ct2")
+    for line, hyp in list(zip(sources, expected, strict=True))[:3]:
+        source = ["__en__", *tok.sp_model.encode(line, out_type=str)]
+        cap = min(math.floor((len(source) + 1) * 1.5 + 10), made.info["positions"]["target"] - 2)
+        (found,) = native.translate_batch(
+            [source], target_prefix=[["__ja__"]], beam_size=1,
+            max_decoding_length=cap + 1, min_decoding_length=2,
+        )  # fmt: skip
+        ids = tok.convert_tokens_to_ids(found.hypotheses[0][1:])
+        assert tok.decode(ids, skip_special_tokens=True).strip() == hyp
     continued = {"model": Artifact.open(step_dir(tmp_path / "w", "cont") / "model")}
     with pytest.raises(DataError, match="reads its language tokens, which only the translate"):
         check_members("en", "ja", {}, "forward", continued)  # the SentencePiece readers' check

@@ -53,7 +53,7 @@ def export_ctranslate2(
     members = {r: a for r, a in inputs.items() if r in MODEL_ROLES}
     model = members["model"]
     out.mkdir(parents=True, exist_ok=False)
-    tokens: PretrainedTokens | None = None
+    tokens: Any = None  # PretrainedTokens, LanguageTokens, or None for the step's spm
     if model.meta.get("type") == ARTIFACT_TYPE:
         from ctranslate2.converters import TransformersConverter
 
@@ -77,10 +77,26 @@ def export_ctranslate2(
         converter = FairseqSpecConverter(model, config.src, config.tgt, config.models, registry)
         converter.convert(str(out), quantization=quantization, force=True)
         (out / LIMITS_FILE).write_text(json.dumps(converter.limits) + "\n")
-        spm = inputs["spm"]
-        shutil.copyfile(spm.path / str(spm.meta.get("model", "spm.model")), out / "spm.model")
-        tokenizer = {"kind": "sentencepiece", "files": ["spm.model"],
-                     "eos": "added by the model: give the pieces alone"}  # fmt: skip
+        if "language_tokens" in model.meta:  # continued from a pretrained M2M-100/NLLB
+            from mtcore_plugins.common.pretrained_init import TOKENIZER_DIR, LanguageTokens
+
+            tags = LanguageTokens.load(model.path, model.meta)
+            files = sorted(  # CTranslate2's own config.json stays
+                p.name for p in (model.path / TOKENIZER_DIR).iterdir() if p.name != "config.json"
+            )
+            for name in files:
+                shutil.copyfile(model.path / TOKENIZER_DIR / name, out / name)
+            tokens = tags
+            tokenizer = {"kind": "transformers", "class": type(tags.tokenizer).__name__,
+                         "files": files, "model": (model.meta.get("pretrained") or {}).get("id"),
+                         "source": f"{tags.source} followed by the SentencePiece pieces of "
+                         "the tokenizer's sp_model (no EOS: the model adds it)"}  # fmt: skip
+        else:
+            spm = inputs["spm"]
+            name = str(spm.meta.get("model", "spm.model"))
+            shutil.copyfile(spm.path / name, out / "spm.model")
+            tokenizer = {"kind": "sentencepiece", "files": ["spm.model"],
+                         "eos": "added by the model: give the pieces alone"}  # fmt: skip
     job = DecodeJob(step_id, inputs)
     search = config.model_copy(update={"sampling": False, "nbest": 0})
 

@@ -97,7 +97,8 @@ class TranslateStep(Step[TranslateConfig]):
         if pretrained(members):
             check_pretrained_member(self.config, "export", members)
         else:
-            check_members(self.config.src, self.config.tgt, self.config.weights, "export", members)
+            c = self.config
+            check_members(c.src, c.tgt, c.weights, "export", members, fmt == "ctranslate2")
         if fmt == "huggingface":
             from mtcore_plugins.common.hf_export import export_huggingface
 
