@@ -100,10 +100,11 @@ def process(registry, name: str, batch: list[str], lang: str, **config) -> list[
         (enja("DLUT"), 44, [("フランスは EU に対し", "フランスはEUに対し")]),
         # so does a number before a counter ("2 分間" -> "2分間")
         (enja("Online-A"), 1049, [("次の 2 分間", "次の2分間")]),
-        # commas after Japanese become 、 (not the one inside "G7", there is none)
-        (enja("Online-A"), 781, [(",", "、")]),
-        # ", " after Japanese -> 、 and the final "." after Japanese -> 。
-        (enja("Online-A"), 793, [("です, 動き", "です、動き"), ("います.", "います。")]),
+        # commas after Japanese become ， (NT5 §5.2: U+FF0C; not the one inside "G7", there
+        # is none)
+        (enja("Online-A"), 781, [(",", "，")]),
+        # ", " after Japanese -> ， and the final "." after Japanese -> 。
+        (enja("Online-A"), 793, [("です, 動き", "です，動き"), ("います.", "います。")]),
         # "A." is a Q&A label after an ASCII letter, not a Japanese sentence end
         (enja("NT5"), 817, []),
         # a period between digits is a number (a date written 18.12)

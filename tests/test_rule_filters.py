@@ -450,18 +450,18 @@ CASES = [
     # --- script_ratio (Yishu §2.1.1: non-native ratio above 0.4; Xiaomi §2.2.1)
     Case(
         "script_ratio",
-        {},
+        {"languages": {"ja": {"unit": "word"}}},
         "tatoeba-enja",
         ("I love Tatoeba.", "私、Tatoebaが大好きなのよ。"),
         True,
-    ),  # in words (Yishu's unit): 1 Latin word of 9 units, native 0.89
+    ),  # in words: 1 Latin word of 9 units, native 0.89
     Case(
         "script_ratio",
-        {"languages": {"ja": {"unit": "letter"}}},
+        {},
         "tatoeba-enja",
         ("I love Tatoeba.", "私、Tatoebaが大好きなのよ。"),
         False,
-    ),  # in letters: 7 of 15 letters Latin, native 0.53 < 0.6
+    ),  # in letters (Yishu §2.1.1's "character ratios"): 7 of 15 Latin, native 0.53 < 0.6
     # Xiaomi: 0.53 is above 0.25, Latin is allowed, kana present
     Case(
         "script_ratio",

@@ -21,6 +21,7 @@ from mtcore_plugins.common.checkpoints import (
     keep_best,
     save_for_inference,
     select_best,
+    select_checkpoints,
 )
 from mtcore_plugins.common.fairseq_entry import reverse_tokens
 from mtcore_plugins.common.fairseq_setup import add_safe_globals
@@ -99,6 +100,46 @@ def records(log: Path, kind: str) -> list[dict[str, Any]]:
 
 
 # --- averaging and the best N ------------------------------------------------------------
+
+
+def test_average_until_best_ends_at_the_early_stopping_point(tmp_path: Path) -> None:
+    """NT5 §4.3 with Table 2: early stopping, then the last ten averaged. Counted back from the
+    best checkpoint, the average holds the checkpoints up to it, not the patience window after
+    it; fairseq keeps that window too, and the setting needs early stopping."""
+    for updates in range(10, 101, 10):
+        (tmp_path / f"checkpoint_1_{updates}.pt").write_bytes(b"")
+    names = [p.name for p in select_checkpoints(tmp_path, 3, until=60)]
+    assert names == ["checkpoint_1_40.pt", "checkpoint_1_50.pt", "checkpoint_1_60.pt"]
+    assert [p.name for p in select_checkpoints(tmp_path, 2)][-1] == "checkpoint_1_100.pt"
+    settings = {"average_last": 10, "keep_last": 10, "patience": 10, "best_metric": "bleu"}
+    step = TrainStep.from_dict({**settings, "average_until": "best"})
+    meta = {"src": "en", "tgt": "ja"}
+    cmd = step.command(tmp_path, meta, tmp_path / "save")
+    assert cmd[cmd.index("--keep-interval-updates") + 1] == "20"
+    plain = TrainStep.from_dict(settings).command(tmp_path, meta, tmp_path / "save")
+    assert plain[plain.index("--keep-interval-updates") + 1] == "10"
+    with pytest.raises(ValueError, match="average_until: best needs patience"):
+        TrainConfig.model_validate({"average_until": "best"})
+
+
+def test_dev_bleu_tokenized_as_the_paper_scores(tmp_path: Path, monkeypatch) -> None:
+    """fairseq's dev BLEU of decoded text uses 13a, which leaves a Japanese sentence one word:
+    ``bleu_tokenize: ja-mecab`` reaches the training process, whose sacrebleu then tokenizes
+    with MeCab (a partly right Japanese hypothesis scores above 0)."""
+    import sacrebleu
+
+    from mtcore_plugins.common import fairseq_entry
+
+    step = TrainStep.from_dict({"best_metric": "bleu", "bleu_tokenize": "ja-mecab"})
+    cmd = step.command(tmp_path, {"src": "en", "tgt": "ja"}, tmp_path / "save")
+    assert cmd[cmd.index("--bleu-tokenize") + 1] == "ja-mecab"
+    assert "--eval-bleu-remove-bpe" in cmd
+    hyp, ref = ["私は猫がとても好きです。"], [["私は犬がとても好きです。"]]
+    assert sacrebleu.corpus_bleu(hyp, ref).score == 0.0  # one 13a word each
+    monkeypatch.setattr(sacrebleu, "corpus_bleu", sacrebleu.corpus_bleu)  # restored after
+    fairseq_entry._dev_bleu_tokenized("ja-mecab")
+    assert sacrebleu.corpus_bleu(hyp, ref).score > 30
+    assert sacrebleu.corpus_bleu(hyp, ref, tokenize="none").score == 0.0  # pieces stay pieces
 
 
 def test_average_is_the_mean_of_the_inputs(tmp_path: Path) -> None:

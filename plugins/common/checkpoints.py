@@ -29,14 +29,16 @@ def interval_checkpoints(save_dir: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def select_checkpoints(save_dir: Path, n: int) -> list[Path]:
-    """The last ``n`` checkpoints by update count; ``checkpoint_last.pt`` counts when training
+def select_checkpoints(save_dir: Path, n: int, until: int | None = None) -> list[Path]:
+    """The last ``n`` checkpoints by update count (of those saved at ``until`` updates or
+    before, when given: the early-stopping point); ``checkpoint_last.pt`` counts when training
     stopped between two save intervals."""
     by_update = interval_checkpoints(save_dir)
     last = save_dir / "checkpoint_last.pt"
     if last.exists():
         by_update.setdefault(checkpoint_updates(last), last)
-    return [by_update[u] for u in sorted(by_update)[-n:]]
+    kept = [u for u in sorted(by_update) if until is None or u <= until]
+    return [by_update[u] for u in kept[-n:]]
 
 
 def checkpoint_updates(path: Path) -> int:

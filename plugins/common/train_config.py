@@ -132,10 +132,10 @@ class TrainConfig(PluginConfig):
         description="stop when best_metric has not improved for N validations (one at every "
         "save); 0 disables. Xiaomi §4.1: 16 checkpoints of 2,000 updates",
     )
-    bleu_tokenize: Literal["pieces", "detok"] = Field(
+    bleu_tokenize: Literal["pieces", "detok", "ja-mecab", "zh", "char"] = Field(
         "pieces",
-        description="dev BLEU over SentencePiece pieces (any script, Japanese and Chinese "
-        "included) or over decoded text with sacrebleu's 13a tokenizer (spaced scripts)",
+        description="dev BLEU over SentencePiece pieces (any script), or over decoded text "
+        "tokenized by sacrebleu: detok (13a, spaced scripts), ja-mecab, zh or char",
     )
     bleu_beam: int = Field(
         4, ge=1, le=64, description="beam of the dev BLEU decoding (Xiaomi §4.1: 4, one model)"
@@ -154,6 +154,13 @@ class TrainConfig(PluginConfig):
         le=1000,
         description="when > 0, average the N checkpoints with the best best_metric instead "
         "(Xiaomi §4.1: the top 10 by dev BLEU)",
+    )
+    average_until: Literal["last", "best"] = Field(
+        "last",
+        description="where the average_last checkpoints end: at the last one, or (with "
+        "patience, early stopping) at the one with the best best_metric, so that the average "
+        "is of the checkpoints up to the early-stopping point, not of the patience window after "
+        "it (NT5 §4.3 with Table 2: early stopping, the last ten averaged)",
     )
     precision: Literal["fp32", "fp16", "bf16"] = Field(
         "fp32",
@@ -199,7 +206,15 @@ class TrainConfig(PluginConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.direction == "r2l" and self.best_metric == "bleu" and self.bleu_tokenize == "detok":
+        if self.average_until == "best" and (self.patience == 0 or self.average_best):
+            raise ValueError(
+                "average_until: best needs patience (early stopping) and no average_best"
+            )
+        if (
+            self.direction == "r2l"
+            and self.best_metric == "bleu"
+            and self.bleu_tokenize != "pieces"
+        ):
             raise ValueError(
                 "direction r2l with best_metric bleu needs bleu_tokenize: pieces (dev outputs "
                 "are right to left; decoded text would be scrambled)"

@@ -2,7 +2,7 @@
 
 - ``postprocess_ja`` (NT5 §5.2, En→Ja): spaces out of short English words and placeholders
   next to Japanese text and around "/" and word-joining "-"; ASCII "," and "." written in
-  Japanese text become "、" and "。".
+  Japanese text become "，" (U+FF0C, the full-width comma §5.2 names) and "。".
 - ``postprocess_en`` (NT5 §5.2, Ja→En): unknown tokens removed, split placeholders re-joined,
   Moses detokenization, detruecasing.
 - ``postprocess_cjk`` (Xiaomi §2.3, into Chinese or Japanese): subwords merged, spaces between
@@ -14,7 +14,7 @@ words; lines with no Japanese/Chinese text pass the CJK rules unchanged (an untr
 English segment keeps its English punctuation). Each processor returns one line per input line.
 """
 
-# ruff: noqa: RUF001, RUF003 (full-width punctuation is what these rules write)
+# ruff: noqa: RUF001, RUF002, RUF003 (full-width punctuation is what these rules write)
 
 from __future__ import annotations
 
@@ -84,8 +84,8 @@ class JapaneseConfig(PluginConfig):
     # NT5 §5.2: 'We replaced English style commas "," and periods "." with the Japanese styles'.
     punctuation: bool = Field(
         True,
-        description="',' and '.' after Japanese text become '、' and '。' (not in numbers, URLs, "
-        "abbreviations or '...')",
+        description="',' and '.' after Japanese text become '，' (U+FF0C) and '。' (not in "
+        "numbers, URLs, abbreviations or '...')",
     )
 
 
@@ -139,7 +139,7 @@ class JapanesePostProcessor(Processor[JapaneseConfig]):
             text = self.glue.sub("", text)
         if cfg.punctuation:
             if "," in text:
-                text = self.comma.sub("、", text)
+                text = self.comma.sub("，", text)  # §5.2: "，", not the ideographic "、"
             if "." in text:
                 text = self.period.sub("。", text)
         return text

@@ -29,6 +29,7 @@ from mtcore.api import (
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,
+    checkpoint_updates,
     first_difference,
     repair_last_checkpoint,
     select_best,
@@ -164,6 +165,8 @@ class TrainStep(Step[TrainConfig]):
             head.append("--r2l")
         if c.average_best > 0:
             head += ["--keep-best", str(c.average_best)]
+        if c.best_metric == "bleu" and c.bleu_tokenize not in ("pieces", "detok"):
+            head += ["--bleu-tokenize", c.bleu_tokenize]
         flags: dict[str, object] = {
             "--task": "translation",
             "--source-lang": meta["src"],
@@ -183,7 +186,9 @@ class TrainStep(Step[TrainConfig]):
             "--seed": c.seed,
             "--save-dir": save_dir,
             "--save-interval-updates": c.save_interval_updates,
-            "--keep-interval-updates": max(c.keep_last, c.average_last),
+            # counted back from the best, the average needs the patience window kept too
+            "--keep-interval-updates": max(c.keep_last, c.average_last)
+            + (c.patience if c.average_until == "best" else 0),
             "--num-workers": 0,
             # fairseq's default of 8 reshapes batches to multiples of 8 and can drop a remainder.
             "--required-batch-size-multiple": 1,
@@ -379,7 +384,10 @@ class TrainStep(Step[TrainConfig]):
                 for e in best_entries(save_dir)[: c.average_best]
             ]
         else:
-            chosen = select_checkpoints(save_dir, c.average_last)
+            until = None
+            if c.average_until == "best" and (save_dir / "checkpoint_best.pt").exists():
+                until = checkpoint_updates(save_dir / "checkpoint_best.pt")
+            chosen = select_checkpoints(save_dir, c.average_last, until)
             if not chosen:
                 raise StepError(f"fairseq-train finished but wrote no checkpoint in {save_dir}")
             averaged = [{"file": p.name} for p in chosen]
