@@ -149,7 +149,7 @@ def _dev_bleu_tokenized(tokenize: str) -> None:
         kwargs.setdefault("tokenize", tokenize)  # tokenize="none" (pieces) stays
         return original(hyps, refs, **kwargs)
 
-    sacrebleu.corpus_bleu = corpus_bleu
+    sacrebleu.corpus_bleu = corpus_bleu  # type: ignore[assignment]
 
 
 def _bf16_on_cuda() -> None:
