@@ -20,6 +20,7 @@ from mtcore.api import Artifact, DataError
 from mtcore.cli.app import cli
 from mtcore.contracts.registry import load_registry
 from mtcore.data.corpus import Corpus
+from mtcore.recipe.load import load_recipe
 from mtcore_plugins.common.decoding import check_members
 from mtcore_plugins.common.pretrained import load_tokenizer
 from mtcore_plugins.common.pretrained_init import LanguageTokens
@@ -265,3 +266,37 @@ def test_livonian_tagged_as_estonian_with_its_unknown_pieces_on_rare_rows(
         " ".join(t.split()) for t in liv
     ]
     assert len(output(work, "tr")) == 12
+
+
+def test_the_documented_continuation_loads(write_recipe, tmp_path: Path) -> None:
+    """docs/decoding.md's example of continuing M2M-100 is a valid recipe: the models entry,
+    binarize with it as spm (Livonian tagged __et__, oov: rare), train with it as init."""
+    import yaml
+
+    page = (Path(__file__).parents[1] / "docs" / "decoding.md").read_text(encoding="utf-8")
+    section = page.split("### Continuing M2M-100 or NLLB", 1)[1]
+    block = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    en, liv = livonian(0, 20) if LIVEN.is_dir() else (["a"] * 20, ["b"] * 20)
+    pairs = {"en": write_pairs(tmp_path, "liv", en, liv)["en"]}
+    pairs["liv"] = write_pairs(tmp_path, "liv", en, liv)["ja"]
+    local = {"source": "local", "files": pairs}
+    doc = {
+        "name": "liv",
+        "directions": ["en-liv"],
+        "data": {"liv": local, "wmt22_enliv": local},
+        "models": block["models"],
+        "steps": {
+            "liv_split": {
+                "kind": "split",
+                "inputs": {"corpus": "liv"},
+                "valid_size": 5,
+                "test_size": 0,
+            },
+            **block["steps"],
+        },  # fmt: skip
+    }
+    recipe = load_recipe(write_recipe(doc), load_registry())
+    kinds = {name: spec.kind for name, spec in recipe.steps.items()}
+    assert kinds["m2m100_418m"] == "fetch_model" and kinds["train_enliv"] == "train"
+    assert recipe.steps["bin_enliv"].plugin.config.oov == "rare"
+    assert recipe.steps["bin_enliv"].plugin.config.tgt_token == "__et__"
