@@ -234,20 +234,23 @@ def test_numbers_score_counts_both_sides(registry) -> None:
 
 
 SIGDIAL = ("所以我们必须和 SIGDial 或者 Interspeech 谈判。", "So we must negotiate with them.")
+WORDS = {"languages": {"zh": {"unit": "word"}}}
 SCRIPT_RATIO = [
-    case(ZH_EN, SIGDIAL, True, id="a Latin name weighs as one unit"),
+    case(ZH_EN, SIGDIAL, True, WORDS, id="in words, a Latin name weighs as one unit"),
     case(
         ZH_EN,
         ("网络安全公司 Crowdstrike 副总裁亚当·迈耶斯 (Adam Meyers) 说", "Adam Meyers said"),
         True,
-        id="a name and its spelling",
+        WORDS,
+        id="in words, a name and its spelling",
     ),
+    # Yishu §2.1.1 counts characters (the preset's default): the same lines fail
+    case(ZH_EN, SIGDIAL, False, id="counted in letters: 18 Latin of 29"),
     case(
         ZH_EN,
-        SIGDIAL,
+        ("网络安全公司 Crowdstrike 副总裁亚当·迈耶斯 (Adam Meyers) 说", "Adam Meyers said"),
         False,
-        {"languages": {"zh": {"unit": "letter"}}},
-        id="counted in letters: 18 Latin of 29",
+        id="in letters, a name and its spelling: 21 Latin of 36",
     ),
     case(ZH_EN, ("unacceptable", "That is unacceptable."), False, id="untranslated line"),
     case(
