@@ -234,9 +234,6 @@ class LanguageTokens:
         """Empty lines give no tokens (the decoders give them an empty output)."""
         return [[self.source, *p] if p else [] for p in self.pieces(lines)]
 
-    def encode_target(self, lines: list[str]) -> list[list[str]]:
-        return self.pieces(lines)
-
     def decode(self, tokens: list[str]) -> str:
         """The pieces joined, ``▁`` a space (SentencePiece's decoding, which would make an
         unknown piece, one :func:`borrow_rare_rows` gave a row, `` ⁇ ``)."""

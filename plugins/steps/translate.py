@@ -258,11 +258,11 @@ def tagged_model(config: TranslateConfig, members: dict[str, Artifact], ctx: Ste
     reasons = obstacles(config, members, ctx.registry)
     if reasons:
         raise DataError(
-            f"{ctx.step_id}: input model {members['model'].path} was continued from a pretrained "
+            f"{ctx.step_id}: input model {model.path} was continued from a pretrained "
             f"model and decodes with CTranslate2, which cannot run this: {'; '.join(reasons)}"
         )
     ctx.metrics["backend"] = "ctranslate2"
-    return str(converted(members["model"], config.src, config.tgt, config.models, ctx.registry))
+    return str(converted(model, config.src, config.tgt, config.models, ctx.registry))
 
 
 def check_pretrained_member(
