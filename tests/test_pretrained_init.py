@@ -24,9 +24,11 @@ from mtcore.recipe.load import load_recipe
 from mtcore_plugins.common.decoding import check_members
 from mtcore_plugins.common.pretrained import load_tokenizer
 from mtcore_plugins.common.pretrained_init import LanguageTokens
+from mtcore_plugins.steps.binarize import BinarizeStep
 from mtcore_plugins.steps.translate import TranslateStep
 
 from .conftest import ENJA
+from .test_fairseq_steps import make_ctx
 from .test_pretrained import lines, models  # noqa: F401 (a fixture)
 from .tiny_pretrained import build, greedy
 
@@ -187,6 +189,12 @@ def test_continuing_learns_the_data_and_refuses_what_does_not_fit(
     wrong = recipe(tmp_path, models["m2m100"], arch="mtcore_transformer_tiny")
     done = run(tmp_path, write_recipe, "a", wrong)
     assert done.exit_code != 0 and "set arch: transformer" in done.output
+    data = step_dir(tmp_path / "w", "bin") / "data"  # any artifact: refused before reading
+    with pytest.raises(DataError, match="are for a pretrained model as spm"):
+        BinarizeStep.from_dict({"src": "en", "tgt": "ja", "oov": "rare"}).run(
+            make_ctx(tmp_path / "b", "binarize", train=data, valid=data,
+                     spm=step_dir(tmp_path / "w", "cont") / "model")
+        )  # fmt: skip
     wrong = recipe(tmp_path, models["m2m100"])
     wrong["steps"]["bin"]["tgt_token"] = "__tlh__"
     done = run(tmp_path, write_recipe, "t", wrong)

@@ -129,10 +129,16 @@ class BinarizeStep(Step[BinarizeConfig]):
             }
             extra["language_tokens"] = {"src": processor.source, "tgt": processor.prefix[0]}
         else:
+            c = self.config
+            if c.src_token or c.tgt_token or c.oov != "unk":
+                raise DataError(
+                    f"{ctx.step_id}: src_token, tgt_token and oov are for a pretrained model as "
+                    f"spm; input spm ({spm.path}) is a {spm.meta.get('type')!r} artifact"
+                )
             processor = load_spm(spm.path)
             fixed = None if given is None else self._dictionary(given.path)
         lines = {split: self._encode(ctx, split, processor, encoded) for split in SPLITS}
-        if fixed is not None and "pretrained" in extra and self.config.oov == "rare":
+        if fixed is not None and "language_tokens" in extra and self.config.oov == "rare":
             langs = (self.config.src, self.config.tgt)
             reserved = frozenset(processor.tokenizer.all_special_tokens)
             unknown, pairs = borrow_rare_rows(
