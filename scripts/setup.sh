@@ -22,6 +22,9 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q
 # out torchaudio (a CUDA build that breaks transformers); its real requirements are in base.txt.
 "${pip[@]}" --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
 "${pip[@]}" -r "$root/requirements/base.txt" -r "$root/requirements/dev.txt"
+# unbabel-comet's declared numpy<2 / protobuf<5 pins would downgrade the stack above; its real
+# requirements are listed in requirements/comet.txt and installed as they are.
+"${pip[@]}" --no-deps -r "$root/requirements/comet.txt"
 "$venv/bin/python" -m pip uninstall -y -q torchaudio 2>/dev/null || true
 # fastText's trainer, for the tests that train a small language-ID model: beside the venv, not
 # in it, since its module (fasttext) would shadow fasttext-predict's, which the filters load.

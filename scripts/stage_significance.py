@@ -17,10 +17,12 @@ the rescored systems must match the recorded scores, or the script stops.
 from __future__ import annotations
 
 import argparse
+import json
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from sacrebleu.significance import PairedTest
 
 from mtcore.contracts.registry import Registry, load_registry
@@ -30,6 +32,7 @@ from mtcore.recipe.load import load_recipe
 from mtcore.recipe.plan import make_plan, step_dir
 from mtcore.run.runner import is_complete, read_manifest
 from mtcore.system.metrics import build_metrics
+from mtcore_plugins.steps.evaluate import SEGMENT_SCORES
 
 
 def texts(workdir: Path, reference: dict[str, str], lang: str | None = None) -> list[str]:
@@ -66,6 +69,32 @@ def stage_steps(
     return by_direction
 
 
+def segment_scores(workdir: Path, manifest: dict) -> dict[str, list[float]]:
+    """Metric -> its segment scores, as the evaluate step kept them (``segments.jsonl``: the
+    metrics whose corpus score is a mean of segment scores, COMET, MetricX)."""
+    path = workdir / "steps" / f"{manifest['id']}-{manifest['hash']}" / "scores" / SEGMENT_SCORES
+    if not path.is_file():
+        return {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return {row["metric"]: [float(x) for x in row["scores"]] for row in rows}
+
+
+def paired_mean_bootstrap(
+    first: list[float], second: list[float], samples: int, seed: int = 12345
+) -> tuple[float, float, float]:
+    """(mean of first, mean of second, p-value) of sacrebleu's paired bootstrap resampling,
+    for a metric whose corpus score is the mean of its segment scores: the same resampled
+    segments for both systems, the deltas centred on their mean (the null hypothesis), and the
+    share of them at least as far from zero as the observed delta (Koehn 2004)."""
+    a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, len(a), size=(samples, len(a)))
+    deltas = b[index].mean(axis=1) - a[index].mean(axis=1)
+    observed = float(b.mean() - a.mean())
+    extreme = np.abs(deltas - deltas.mean()) >= abs(observed)
+    return float(a.mean()), float(b.mean()), float((extreme.sum() + 1) / (samples + 1))
+
+
 def compare(
     registry: Registry, workdir: Path, spec: Any, old: dict, new: dict, label: str, samples: int
 ) -> tuple[list[str], list[str]]:
@@ -75,15 +104,31 @@ def compare(
     lang = next(iter(new["metrics"].values()))["direction"].split("-")[-1]
     refs = texts(workdir, new["inputs"]["ref"], lang)
     metrics = paired_metrics(registry, spec, lang)
+    old_segments, new_segments = segment_scores(workdir, old), segment_scores(workdir, new)
+    means = [m for m in new_segments if m in old_segments and m in new["metrics"]]
+    if not metrics and not means:
+        raise SystemExit(
+            f"{spec.id}: no metric with a paired test (BLEU, chrF, and those with segment "
+            "scores: COMET, MetricX)"
+        )
+    cells = []
+    for metric in means:
+        for manifest, kept in ((old, old_segments), (new, new_segments)):
+            mean = sum(kept[metric]) / max(1, len(kept[metric]))
+            if abs(mean - manifest["metrics"][metric]["score"]) > 1e-3:
+                raise SystemExit(f"{label}: {metric}'s segment scores do not average to its score")
+        first, second, p_value = paired_mean_bootstrap(
+            old_segments[metric], new_segments[metric], samples
+        )
+        cells += [f"{second - first:+.4f}", f"{p_value:.3f}"]
     if not metrics:
-        raise SystemExit(f"{spec.id}: no metric with a paired test (BLEU, chrF have one)")
+        return means, cells
     systems = [
         ("a", texts(workdir, old["inputs"]["hyp"])),
         ("b", texts(workdir, new["inputs"]["hyp"])),
     ]
     test = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=samples)
     _, results = test()
-    cells = []
     scored = [pair for name, pair in results.items() if name != "System"]
     for metric, (first, second) in zip(metrics, scored, strict=True):
         for manifest, result in ((old, first), (new, second)):
@@ -94,7 +139,7 @@ def compare(
                     f"recorded {recorded:.2f} ({manifest['metrics'][metric]['signature']})"
                 )
         cells += [f"{second.score - first.score:+.2f}", f"{second.p_value:.3f}"]
-    return list(metrics), cells
+    return [*means, *metrics], cells
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ import sacrebleu
 
 from mtcore.contracts.errors import DataError, PluginError, RecipeError
 from mtcore.recipe.load import build_recipe
-from mtcore_plugins.metrics.comet import CometConfig, CometMetric, comet_installed
+from mtcore_plugins.common import comet_models
+from mtcore_plugins.metrics.comet import CometConfig, CometMetric
 from mtcore_plugins.metrics.sentence_bleu import sentence_bleu
 
 from .conftest import SHARED
@@ -184,9 +185,9 @@ def test_comet_needs_an_existing_model_path(tmp_path):
         CometConfig(model=str(tmp_path / "empty"))
 
 
-@pytest.mark.skipif(comet_installed(), reason="unbabel-comet is installed here")
-def test_comet_without_the_package_fails_at_validation(tmp_path, registry):
+def test_comet_without_the_package_fails_at_validation(tmp_path, registry, monkeypatch):
     """The recipe is refused before any step runs, at the metric's location."""
+    monkeypatch.setattr(comet_models, "comet_installed", lambda: False)
     checkpoint = tmp_path / "wmt22-comet-da" / "checkpoints" / "model.ckpt"
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"not a real checkpoint")
@@ -215,7 +216,7 @@ def test_comet_without_the_package_fails_at_validation(tmp_path, registry):
 
 def test_comet_needs_the_sources(tmp_path):
     # model_construct skips the validators: this checks the scoring-time guard on its own.
-    plugin = CometMetric(CometConfig.model_construct(model=str(tmp_path), batch_size=8, gpus=0))
+    plugin = CometMetric(CometConfig.model_construct(model=str(tmp_path), batch_size=8))
     with pytest.raises(PluginError, match=r"\(source, hypothesis, reference\) triples"):
         plugin.corpus_score(["a"], [["a"]], "en")
     with pytest.raises(DataError, match="2 source segments for 1 hypotheses"):

@@ -144,3 +144,23 @@ def test_ablate_compares_each_stage_with_the_variant(tmp_path: Path) -> None:
     (consecutive,) = run()  # without --ablate: the stage above, in the full recipe
     assert consecutive[1] == "raw -> sys"
     assert float(consecutive[2]) == pytest.approx(-cost, abs=0.011)
+
+
+def test_the_paired_bootstrap_of_segment_means_is_sacrebleus_test() -> None:
+    """For a metric whose score is a mean of segment scores (COMET, MetricX), the test is
+    sacrebleu's paired bootstrap (resampled segments shared by both systems, deltas centred
+    on their mean) on the means: p is 1 for the same system, small for a clear gain, large for
+    noise, and the same on every call (seeded)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    first = rng.uniform(0.4, 0.9, size=300).tolist()
+    better = [x + 0.05 + rng.normal(0, 0.02) for x in first]
+    noisy = [x + rng.normal(0, 0.05) for x in first]
+    test = script().paired_mean_bootstrap
+    a, b, p = test(first, better, 1000)
+    assert (a, b) == pytest.approx((np.mean(first), np.mean(better)))
+    assert p < 0.01
+    assert test(first, first, 1000)[2] == 1.0
+    assert test(first, noisy, 1000)[2] > 0.05
+    assert test(first, better, 1000) == test(first, better, 1000)  # seeded

@@ -303,7 +303,51 @@ class Metric(Plugin[ConfigT]):
     per-segment sufficient statistics (BLEU, as sacrebleu's base ``Metric`` does with
     ``_extract_corpus_statistics`` and ``_compute_score_from_stats``) also implements
     :meth:`segment_statistics` and :meth:`score_statistics`: a tuner or a reranker then scores
-    any selection of hypotheses by summing rows instead of re-scoring text."""
+    any selection of hypotheses by summing rows instead of re-scoring text.
+
+    A metric whose corpus score is the mean of segment scores (COMET, MetricX, sentence chrF)
+    implements :meth:`segment_scores`: the evaluate step keeps them for paired bootstrap, and
+    the ``mbr`` step uses any such metric as its utility.
+
+    Class attributes: ``needs_source`` (``corpus_score`` takes ``sources=``), ``needs_reference``
+    (False for quality estimation: the references are ignored), ``heavy`` (a neural model: the
+    evaluate step runs it in its own worker process, so a crash or an out-of-memory kill names
+    the metric and loses no other score). Resources: like a scorer, a metric that reads an
+    artifact another step made (a model fetched by id) names the evaluate step's input role in
+    its settings; ``setup`` receives the role -> artifact directory mapping before scoring."""
+
+    needs_source: ClassVar[bool] = False
+    needs_reference: ClassVar[bool] = True
+    heavy: ClassVar[bool] = False
+
+    def setup(self, resources: Mapping[str, Path] | None = None) -> None:
+        self.resources = dict(resources or {})
+
+    def resource(self, role: str) -> Path:
+        """The artifact directory connected to the step's input ``role``."""
+        resources = getattr(self, "resources", {})
+        if role not in resources:
+            have = ", ".join(sorted(resources)) or "none"
+            raise PluginError(
+                f"metric {self.name!r} needs the step input {role!r} (connect it under the "
+                f"step's inputs; connected: {have})"
+            )
+        return Path(resources[role])
+
+    def segment_scores(
+        self,
+        hyps: Sequence[str],
+        refs: Sequence[Sequence[str]],
+        lang: str,
+        sources: Sequence[str] | None = None,
+    ) -> list[float]:
+        """One score per hypothesis (over the references, when there are several), in order;
+        the corpus score is their mean. ``refs`` streams are as long as ``hyps`` (a reference
+        may repeat: MBR scores every candidate against every other)."""
+        raise PluginError(
+            f"metric {self.name!r} has no segment scores (its corpus score is not a mean of "
+            "segment scores); choose one that has, such as chrf or comet"
+        )
 
     @abstractmethod
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Any:

@@ -1,4 +1,6 @@
-"""Corpus chrF (chrF++ with word_order 2) through sacrebleu."""
+"""Corpus chrF (chrF++ with word_order 2) through sacrebleu, and sentence chrF per segment
+(:meth:`ChrfMetric.segment_scores`: the ``evaluate`` step's paired bootstrap, the ``mbr``
+step's default utility)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from mtcore.api import Metric, PluginConfig, Score
+from mtcore.api import DataError, Metric, PluginConfig, Score, check_lengths
 
 
 class ChrfConfig(PluginConfig):
@@ -35,6 +37,46 @@ class ChrfMetric(Metric[ChrfConfig]):
             beta=cfg.beta,
             lowercase=cfg.lowercase,
         )
+
+    def segment_scores(
+        self,
+        hyps: Sequence[str],
+        refs: Sequence[Sequence[str]],
+        lang: str,
+        sources: Sequence[str] | None = None,
+    ) -> list[float]:
+        """sacrebleu's ``CHRF.sentence_score`` of every hypothesis against the references at
+        its index in every stream (the best-matching one, as sacrebleu takes several; None
+        is no reference); the sources are not read. Each distinct text's n-grams are counted
+        once per call, through sacrebleu's own extraction, so MBR's every-candidate-against-
+        every-sample pairs cost a third of scoring them one by one."""
+        check_lengths(hyps, refs, [f"reference stream {i}" for i in range(len(refs))])
+        if not refs:
+            raise DataError("sentence chrF needs at least one reference stream")
+        metric = self.sacrebleu(lang)
+        counted: dict[str, Any] = {}
+
+        def ngrams(text: str) -> Any:
+            if text not in counted:
+                info = metric._extract_reference_info([metric._preprocess_segment(text)])
+                counted[text] = info["ref_ngrams"][0]
+            return counted[text]
+
+        scores = []
+        for i, (hyp, *segment) in enumerate(zip(hyps, *refs, strict=True)):
+            mine = ngrams(hyp)
+            best = -1.0  # sacrebleu: the first reference with the highest F score
+            for ref in segment:
+                if ref is None:
+                    continue
+                stats = []
+                for hyp_counts, ref_counts in zip(mine, ngrams(ref), strict=True):
+                    stats.extend(metric._get_match_statistics(hyp_counts, ref_counts))
+                best = max(best, metric._compute_f_score(stats))
+            if best < 0:
+                raise DataError(f"segment {i} has no reference in any stream")
+            scores.append(float(best))
+        return scores
 
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:
         metric = self.sacrebleu(lang)

@@ -50,8 +50,14 @@ class SentenceBleuMetric(Metric[SentenceBleuConfig]):
     name = "sentence_bleu"
 
     def segment_scores(
-        self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str
+        self,
+        hyps: Sequence[str],
+        refs: Sequence[Sequence[str]],
+        lang: str,
+        sources: Sequence[str] | None = None,
     ) -> list[float]:
+        """Each hypothesis' sentence BLEU against the references at its index; the sources
+        are not read."""
         return sentence_bleu(hyps, refs, lang, self.config.tokenize, self.config.lowercase)
 
     def corpus_score(self, hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str) -> Score:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field
 
 from mtcore.api import (
+    NOT_IDENTITY,
     Corpus,
     Metric,
     PluginConfig,
+    PluginError,
     Score,
     Step,
     StepContext,
@@ -22,6 +27,8 @@ from mtcore.api import (
     components,
     write_artifact_meta,
 )
+from mtcore_plugins.common.copies import copy_report
+from mtcore_plugins.common.isolated import run_isolated
 
 
 class EvaluateConfig(PluginConfig):
@@ -31,6 +38,18 @@ class EvaluateConfig(PluginConfig):
         json_schema_extra=components("metrics"),
     )
     lang: str | None = Field(None, description="target language; default: the hypothesis language")
+    metric_memory_gb: float = Field(
+        0.0,
+        ge=0,
+        le=4096,
+        description="memory bound of each heavy (neural) metric's worker process, GB; 0: none",
+        json_schema_extra=NOT_IDENTITY,
+    )
+    copies: bool = Field(
+        True,
+        description="report the share of hypotheses that copy their source or are in the wrong "
+        "language (neural metrics reward both)",
+    )
     src: str | None = Field(
         None,
         description="source language (names the direction in the report; its column feeds "
@@ -38,18 +57,24 @@ class EvaluateConfig(PluginConfig):
     )
 
 
-def score_all(
-    metrics: list[Metric], hyps: list[str], refs: list[list[str]], lang: str, sources: Any
-) -> list[tuple[Metric, Score]]:
-    """Each metric's score; metrics that declare ``needs_source`` also get the sources."""
-    out = []
-    for metric in metrics:
-        if getattr(metric, "needs_source", False):
-            score = metric.corpus_score(hyps, refs, lang, sources=sources)  # type: ignore[call-arg]
-        else:
-            score = metric.corpus_score(hyps, refs, lang)
-        out.append((metric, score))
-    return out
+def score_one(
+    metric: Metric,
+    hyps: list[str],
+    refs: list[list[str]],
+    lang: str,
+    sources: list[str] | None,
+    resources: dict[str, str],
+) -> Score:
+    """One metric's score (run in a worker process for heavy metrics: module level, picklable)."""
+    metric.setup({role: Path(path) for role, path in resources.items()})
+    if metric.needs_source:
+        if sources is None:
+            raise PluginError(
+                f"metric {metric.name!r} reads the source: the reference corpus needs a column in "
+                "the source language (set the step's `src`)"
+            )
+        return metric.corpus_score(hyps, refs, lang, sources=sources)  # type: ignore[call-arg]
+    return metric.corpus_score(hyps, refs, lang)
 
 
 STAGE_ID = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+)$")
@@ -58,6 +83,13 @@ STAGE_ID = re.compile(r"^eval_(?P<stage>[A-Za-z0-9]+)_(?P<direction>[A-Za-z0-9]+
 
 EXTRA_REFS = ("ref2", "ref3", "ref4")
 """More references of the same segments (other translators), line for line with ``ref``."""
+
+SEGMENT_SCORES = "segments.jsonl"
+"""One line per metric that has segment scores: {metric, signature, scores}, for paired
+bootstrap (scripts/stage_significance.py)."""
+
+OWN_INPUTS = ("hyp", "ref", *EXTRA_REFS)
+"""Every other input is a resource of the metrics (a model fetched by id)."""
 
 
 class EvaluateStep(Step[EvaluateConfig]):
@@ -73,6 +105,7 @@ class EvaluateStep(Step[EvaluateConfig]):
         "hyp": True,
         "ref": True,
         **dict.fromkeys(EXTRA_REFS, False),
+        "*": False,
     }
     outputs: ClassVar[tuple[str, ...]] = ("scores",)
 
@@ -90,6 +123,51 @@ class EvaluateStep(Step[EvaluateConfig]):
             return self.config.src
         others = [x for x in ref_langs if x != lang]
         return others[0] if len(others) == 1 else None
+
+    def _score(
+        self,
+        ctx: StepContext,
+        metrics: list[Metric],
+        hyps: list[str],
+        refs: list[list[str]],
+        lang: str,
+        sources: list[str] | None,
+        resources: dict[str, str],
+    ) -> list[tuple[Metric, Score]]:
+        """Every metric's score. A heavy metric runs in its own worker process; each score is
+        kept in the step's scratch as soon as it exists, so a metric that fails (a crash, the
+        memory bound) fails the step naming it, and the rerun scores only what is missing."""
+        done = ctx.scratch("scores")
+        scored: list[tuple[Metric, Score]] = []
+        failed: list[str] = []
+        for index, metric in enumerate(metrics):
+            settings = metric.config.model_dump_json().encode()
+            key = f"{index}-{metric.name}-{hashlib.sha256(settings).hexdigest()[:16]}"
+            kept = done / f"{key}.json"
+            if kept.is_file():
+                scored.append((metric, Score(**json.loads(kept.read_text()))))
+                continue
+            what = f"{ctx.step_id}: metric {metric.name!r}"
+            args = (metric, hyps, refs, lang, sources, resources)
+            try:
+                if metric.heavy:
+                    score = run_isolated(
+                        what, score_one, *args, memory_gb=self.config.metric_memory_gb
+                    )
+                else:
+                    score = score_one(*args)
+            except PluginError as error:
+                ctx.log.error("%s", error)
+                failed.append(str(error) if str(error).startswith(what) else f"{what}: {error}")
+                continue
+            partial = kept.with_suffix(".part")
+            partial.write_text(json.dumps(score.as_dict(), ensure_ascii=False))
+            os.replace(partial, kept)
+            scored.append((metric, score))
+        if failed:
+            kept_names = ", ".join(s.metric for _, s in scored) or "none"
+            raise StepError("\n".join(failed) + f"\n(scores kept for the rerun: {kept_names})")
+        return scored
 
     def run(self, ctx: StepContext) -> None:
         hyp_corpus = Corpus.open(ctx.inputs["hyp"].path)
@@ -114,13 +192,26 @@ class EvaluateStep(Step[EvaluateConfig]):
         check_lengths(hyps, refs, names)
         sources = None if src is None else [p[ref_corpus.langs.index(src)] for p in pairs]
         metrics = build_metrics(ctx.registry, self.config.metrics)
-        scored = score_all(metrics, hyps, refs, lang, sources)
+        resources = {r: str(a.path) for r, a in ctx.inputs.items() if r not in OWN_INPUTS}
+        scored = self._score(ctx, metrics, hyps, refs, lang, sources, resources)
         test_set = ctx.inputs["ref"].meta.get("dataset")
         if test_set:
             named = f"|test:{test_set}"
             scored = [(m, replace(s, signature=s.signature + named)) for m, s in scored]
         direction = f"{src}-{lang}" if src else lang
         out = ctx.output("scores")
+        segments = [
+            {"metric": s.metric, "signature": s.signature, "scores": s.details["segments"]}
+            for _, s in scored
+            if isinstance(s.details.get("segments"), list)
+        ]
+        scored = [
+            (m, replace(s, details={k: v for k, v in s.details.items() if k != "segments"}))
+            for m, s in scored
+        ]
+        copies = None
+        if self.config.copies:
+            copies = copy_report(hyps, sources, lang, registry=ctx.registry)
         payload = {
             "lang": lang,
             "direction": direction,
@@ -128,8 +219,13 @@ class EvaluateStep(Step[EvaluateConfig]):
             "references": len(refs),
             **({"test_set": test_set} if test_set else {}),
             "scores": [s.as_dict() for _, s in scored],
+            **({"copies": copies} if copies is not None else {}),
         }
         (out / "scores.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        if segments:
+            with (out / SEGMENT_SCORES).open("w", encoding="utf-8") as stream:
+                for row in segments:
+                    stream.write(json.dumps(row, ensure_ascii=False) + "\n")
         write_artifact_meta(out, type="scores", lang=lang, direction=direction)
         for metric, score in scored:
             key = score.metric
@@ -144,4 +240,37 @@ class EvaluateStep(Step[EvaluateConfig]):
                 "higher_is_better": getattr(metric, "higher_is_better", True),
             }
             ctx.log.info("%s %s", direction, score)
+        if copies is not None and any(metric.heavy for metric, _ in scored):
+            self._guard_metrics(ctx, copies, direction)
         ctx.stats.add("segments", len(hyps))
+
+    def _guard_metrics(self, ctx: StepContext, copies: dict[str, Any], direction: str) -> None:
+        """The copy guard's shares beside a neural metric's score (percent, lower is better), so
+        the stage table shows a score bought with untranslated or wrong-language output (every
+        step keeps them in ``scores.json``)."""
+        settings = copies["settings"]
+        guards = {
+            "copies": f"copy|chrf>={settings['copy_chrf']}|min:{settings['min_letters']}",
+            "wrong_language": f"langid|{settings['backend']}|odds:{settings['max_odds']:g}"
+            f"|min:{settings['min_letters']}",
+        }
+        for key, signature in guards.items():
+            found = copies.get(key)
+            if not isinstance(found, dict) or "share" not in found:
+                continue
+            label = {"copies": "Copies%", "wrong_language": "WrongLang%"}[key]
+            ctx.metrics[label] = {
+                "score": round(100 * found["share"], 2),
+                "signature": signature,
+                "direction": direction,
+                "higher_is_better": False,
+            }
+            if found["count"]:
+                ctx.log.warning(
+                    "%s: %d of %d hypotheses %s (lines %s)",
+                    direction,
+                    found["count"],
+                    copies["lines"],
+                    "copy their source" if key == "copies" else "are in another language",
+                    ", ".join(map(str, found["examples"])),
+                )

@@ -26,12 +26,14 @@ from mtcore.api import (
     DataError,
     PluginConfig,
     Registry,
+    Stats,
     Step,
     StepContext,
     cache_home,
     content_hash,
     write_artifact_meta,
 )
+from mtcore_plugins.common import metric_models
 from mtcore_plugins.common.download import Downloader, FileSpec
 from mtcore_plugins.common.lockfile import active_lock
 from mtcore_plugins.common.mirror import (
@@ -84,6 +86,22 @@ class FetchModelConfig(PluginConfig):
         description="safetensors: model.safetensors; bin: pytorch_model.bin, read with "
         "torch.load(weights_only=True) and kept as safetensors (for repositories without one)",
     )
+    metric: Literal["comet", "metricx"] | None = Field(
+        None,
+        description="the model is a metric's (plugins/common/metric_models.py): comet (a COMET "
+        "repository: hparams.yaml, checkpoints/model.ckpt) or metricx (an mT5 MetricX model)",
+    )
+    encoder: str | None = Field(
+        None,
+        pattern=r"^(hf:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?|\S.{0,4095})$",
+        description="metric models: where the tokenizer comes from (hf:ORG/NAME or a local "
+        "directory); default: COMET's hparams.yaml pretrained_model, mT5's for MetricX",
+    )
+    encoder_revision: str = Field(
+        "main",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        description="the encoder repository's commit, branch or tag",
+    )
     max_bytes: int = Field(
         64 << 30, ge=1, le=1 << 50, description="largest file accepted (bytes)",
         json_schema_extra=NOT_IDENTITY,
@@ -112,6 +130,8 @@ class FetchModelConfig(PluginConfig):
     def _local(self) -> FetchModelConfig:
         if not self.id.startswith("hf:") and self.revision != "main":
             raise ValueError("revision is for hf: ids; a local directory is read as it is")
+        if self.metric is None and self.encoder is not None:
+            raise ValueError("encoder is for metric models (metric: comet or metricx)")
         return self
 
 
@@ -129,6 +149,16 @@ class FetchModelStep(Step[FetchModelConfig]):
         a multi-gigabyte model is read once); for hf: the mirror, when one is set (the id,
         revision and pins are settings)."""
         cfg = self.config
+        if not cfg.id.startswith("hf:") and cfg.metric is not None:
+            where = f"models ({cfg.id})"
+            try:
+                fetch = self._local_file(where)
+                encoder = self._encoder_fetch(Stats(), "fingerprint", fetch, where)
+                weights = PICKLED_WEIGHTS if cfg.weights == "bin" else WEIGHTS
+                files = metric_models.plan(cfg.metric, fetch, encoder, weights, where)
+            except DataError:  # the run says what is wrong with the directory
+                files = []
+            return json.dumps({name: content_hash(path) for name, path in files})
         if not cfg.id.startswith("hf:"):
             root = Path(cfg.id).expanduser()
             try:
@@ -148,6 +178,9 @@ class FetchModelStep(Step[FetchModelConfig]):
         where = f"models.{ctx.step_id} ({cfg.id})"
         hub = cfg.id.startswith("hf:")
         fetch = self._hub_file(ctx.stats, ctx.step_id) if hub else self._local_file(where)
+        if cfg.metric is not None:
+            self._fetch_metric(ctx, out, fetch, where)
+            return
         config, model_type, tokenizer = self._describe(fetch, where)
         hashes: dict[str, str] = {}
         for name in model_files(tokenizer, cfg.files):
@@ -173,6 +206,45 @@ class FetchModelStep(Step[FetchModelConfig]):
             files=hashes,
         )
 
+    def _encoder_fetch(self, stats: Any, step_id: str, fetch: Any, where: str) -> Any:
+        cfg = self.config
+        assert cfg.metric is not None
+        encoder = cfg.encoder or metric_models.default_encoder(cfg.metric, fetch, where)
+        if encoder.startswith("hf:"):
+            return self._hub_file(stats, step_id, repo=encoder, revision=cfg.encoder_revision)
+        return self._local_file(f"{where} encoder", encoder)
+
+    def _fetch_metric(self, ctx: StepContext, out: Path, fetch: Any, where: str) -> None:
+        """A metric's model (COMET, MetricX): its files in the layout the metric reads."""
+        cfg = self.config
+        assert cfg.metric is not None
+        encoder = self._encoder_fetch(ctx.stats, ctx.step_id, fetch, where)
+        weights = PICKLED_WEIGHTS if cfg.weights == "bin" else WEIGHTS
+        hashes: dict[str, str] = {}
+        for name, fetched in metric_models.plan(cfg.metric, fetch, encoder, weights, where):
+            target = out / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if name == PICKLED_WEIGHTS:
+                name, target = WEIGHTS, out / WEIGHTS
+                safetensors_from_pickle(fetched, target)
+            else:
+                place(fetched, target, link=cfg.id.startswith("hf:"))
+            hashes[name] = content_hash(target)
+            ctx.stats.add("fetch_model.files")
+            ctx.stats.add("fetch_model.bytes", target.stat().st_size)
+        revision = cfg.revision if cfg.id.startswith("hf:") else None
+        metric_models.describe(out, cfg.metric, cfg.id, revision)
+        write_artifact_meta(
+            out,
+            type=ARTIFACT_TYPE,
+            id=cfg.id,
+            revision=revision,
+            model_type=cfg.metric,
+            task="metric",
+            metric=cfg.metric,
+            files=hashes,
+        )
+
     def _describe(self, fetch: Any, where: str) -> tuple[dict[str, Any], str, str]:
         """(config.json, model type, tokenizer class), fetched and checked as data."""
         config = read_json(fetch("config.json"), "config.json", where)
@@ -189,6 +261,11 @@ class FetchModelStep(Step[FetchModelConfig]):
         cache = cache_home() / "downloads"
         names = ["config.json", "tokenizer_config.json"]
         fetch = self._hub_file(stats, step_id, forget=cache)
+        if cfg.metric is not None:
+            where = f"models.{step_id} ({cfg.id})"
+            encoder = self._encoder_fetch(stats, step_id, fetch, where)
+            weights = PICKLED_WEIGHTS if cfg.weights == "bin" else WEIGHTS
+            return len(metric_models.plan(cfg.metric, fetch, encoder, weights, where))
         _, _, tokenizer = self._describe(fetch, f"models.{step_id} ({cfg.id})")
         weights = PICKLED_WEIGHTS if cfg.weights == "bin" else WEIGHTS
         for name in model_files(tokenizer, cfg.files):
@@ -197,8 +274,8 @@ class FetchModelStep(Step[FetchModelConfig]):
                 names.append(name)
         return len(names)
 
-    def _local_file(self, where: str) -> Any:
-        root = Path(self.config.id).expanduser()
+    def _local_file(self, where: str, directory: str | None = None) -> Any:
+        root = Path(directory or self.config.id).expanduser()
         if not root.is_dir():
             raise DataError(f"{where}: no such directory (give hf:ORG/NAME or a model directory)")
 
@@ -214,11 +291,20 @@ class FetchModelStep(Step[FetchModelConfig]):
 
         return fetch
 
-    def _hub_file(self, stats: Any, step_id: str, forget: Path | None = None) -> Any:
-        """A function fetching one file of the repository; with ``forget`` (the cache), an
-        unpinned file's cached copy is dropped first (``mtcore lock``)."""
+    def _hub_file(
+        self,
+        stats: Any,
+        step_id: str,
+        forget: Path | None = None,
+        repo: str | None = None,
+        revision: str | None = None,
+    ) -> Any:
+        """A function fetching one file of the repository (another one: ``repo``, ``revision``,
+        a metric's encoder); with ``forget`` (the cache), an unpinned file's cached copy is
+        dropped first (``mtcore lock``)."""
         cfg = self.config
-        repo = cfg.id.removeprefix("hf:")
+        repo = (repo or cfg.id).removeprefix("hf:")
+        revision = revision or cfg.revision
         base = mirror_base()
         replicas = replica_hashes(base, cfg.timeout) if base else {}
         lock = None if base and replicas_allowed() else active_lock()
@@ -227,8 +313,8 @@ class FetchModelStep(Step[FetchModelConfig]):
         )
 
         def fetch(name: str) -> Path:
-            url = f"{HUB}/{repo}/resolve/{cfg.revision}/{name}"
-            limit = SMALL if name.endswith(".json") else cfg.max_bytes
+            url = f"{HUB}/{repo}/resolve/{revision}/{name}"
+            limit = SMALL if name.endswith((".json", ".yaml")) else cfg.max_bytes
             spec = FileSpec(url=url, sha256=cfg.sha256.get(name), max_bytes=limit)
             if base:
                 copy = {"url": mirror_address(url, base), "sha256": replicas.get(url, spec.sha256)}
@@ -242,7 +328,7 @@ class FetchModelStep(Step[FetchModelConfig]):
                 if "HTTP 404" in str(exc) and name == WEIGHTS:
                     hint = f" (a repository with {PICKLED_WEIGHTS} only: set weights: bin)"
                 elif "HTTP 404" in str(exc):
-                    hint = f" ({cfg.id} at revision {cfg.revision} has no {name})"
+                    hint = f" ({repo} at revision {revision} has no {name})"
                 raise DataError(f"models.{step_id}: {exc}{hint}") from exc
 
         return fetch
