@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from mtcore.contracts.registry import load_registry
 from mtcore.recipe.load import load_recipe
 from mtcore_plugins.sources.indexed import IndexedSource
@@ -252,6 +254,9 @@ def model_replicas(
             if not type(spec.plugin).fetches_model or not cfg.id.startswith("hf:"):
                 continue
             repo = cfg.id.removeprefix("hf:")
+            if cfg.metric is not None:
+                found.update(metric_replicas(out / f"{name}.{step_id}", cfg, step_id))
+                continue
             family = next(f for key, f in FAMILIES.items() if key in repo.lower())
             text = [row[0] for row in real_rows(("en",), f"{name}.{step_id}", 400)]
             model = build(family, text, out / f"{name}.{step_id}", max_position_embeddings=1024)
@@ -261,6 +266,44 @@ def model_replicas(
                 if path.is_file():
                     address = f"https://huggingface.co/{repo}/resolve/{cfg.revision}/{path.name}"
                     found[address] = (path.read_bytes(), step_id)
+    return found
+
+
+def metric_replicas(out: Path, cfg: Any, step_id: str) -> dict[str, tuple[bytes, str]]:
+    """A metric model entry's files (``metric: comet`` or ``metricx``): a tiny random model of
+    its kind (tests/tiny_comet.py: CometKiwi when the id says kiwi, xCOMET when it says xcomet;
+    tests/tiny_metricx.py), at the entry's address, and its encoder's tokenizer files at the
+    ``encoder`` repository's."""
+    from .tiny_comet import build_encoder, comet_model, save_model
+    from .tiny_metricx import build as build_metricx
+
+    repo = cfg.id.removeprefix("hf:")
+    hub = "https://huggingface.co"
+    files: dict[str, Path] = {}
+    if cfg.metric == "comet":
+        kind = next((k for k in ("kiwi", "xcomet") if k in repo.lower()), "comet")
+        encoder = build_encoder(out / "encoder")
+        model = save_model(
+            comet_model({"kiwi": "cometkiwi"}.get(kind, kind), encoder), out / "model"
+        )
+        hparams = yaml.safe_load((model / "hparams.yaml").read_text())
+        hparams["pretrained_model"] = (cfg.encoder or "").removeprefix("hf:")
+        (model / "hparams.yaml").write_text(yaml.safe_dump(hparams))
+        files = {"hparams.yaml": model / "hparams.yaml",
+                 "checkpoints/model.ckpt": model / "checkpoints" / "model.ckpt"}  # fmt: skip
+        tokenizer = {n: encoder / n for n in ("config.json", "sentencepiece.bpe.model")}
+    else:
+        model = build_metricx(out / "model", described=False)
+        files = {n: model / n for n in ("config.json", "model.safetensors")}
+        tokenizer = {"spiece.model": model / "tokenizer" / "spiece.model"}
+    found = {
+        f"{hub}/{repo}/resolve/{cfg.revision}/{name}": (path.read_bytes(), step_id)
+        for name, path in files.items()
+    }
+    encoder_repo = (cfg.encoder or "").removeprefix("hf:")
+    for name, path in tokenizer.items():
+        address = f"{hub}/{encoder_repo}/resolve/{cfg.encoder_revision}/{name}"
+        found[address] = (path.read_bytes(), step_id)
     return found
 
 

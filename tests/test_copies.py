@@ -29,7 +29,7 @@ def wmt22(pair: str, kind: str, n: int = 400) -> tuple[str, ...]:
     folder = SHARED / pair / WMT22 / ("sources" if kind == "src" else "references")
     files = sorted(folder.glob(f"*.{src if kind == 'src' else tgt}"))
     if not files:
-        pytest.skip(f"real data not found at {folder}")
+        pytest.skip(f"real data not found at {folder}", allow_module_level=True)
     return tuple(files[0].read_text(encoding="utf-8").splitlines()[:n])
 
 
@@ -68,6 +68,20 @@ JA = wmt22("en-ja", "ref")[wmt22("en-ja", "src").index(EN)]  # its reference tra
         # too short to judge either way: three kanji and a full stop; a number kept as is
         ("協力的。", "Supportive.", "en", False, False),
         ("2022", "2022", "ja", False, False),
+    ],
+    ids=[
+        "copy-into-ja",
+        "copy-respaced-upper",
+        "near-copy",
+        "ja-translation",
+        "en-for-ja",
+        "zh-for-ja",
+        "ja-for-zh",
+        "zh-for-zh",
+        "ru-for-uk",
+        "cs-for-en",
+        "short-kanji",
+        "short-number",
     ],
 )
 def test_copies_and_wrong_language(hyp: str, source: str, lang: str, copy: bool, wrong: bool):

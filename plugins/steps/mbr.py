@@ -212,8 +212,9 @@ class MbrStep(Step[MbrConfig]):
                 pairs += shard_pairs
                 bar.update(len(shard))
         bar.close()
+        listed = nbest.meta.get("n")
         scores.close(
-            n=config.candidates or nbest.meta.get("n"),
+            n=min(config.candidates, listed) if config.candidates and listed else listed,
             utility=utility_name,
             pseudo_refs="pseudo_refs" if pseudo is not None else "nbest",
         )
