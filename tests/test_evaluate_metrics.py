@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -19,7 +19,8 @@ from mtcore.api import Score, StepError
 from mtcore.contracts.registry import load_registry
 from mtcore.data.corpus import Corpus
 from mtcore_plugins.metrics.chrf import ChrfMetric
-from mtcore_plugins.steps.evaluate import SEGMENT_SCORES, EvaluateStep
+from mtcore_plugins.steps import evaluate
+from mtcore_plugins.steps.evaluate import SEGMENT_SCORES, EvaluateStep, score_one
 
 from .test_augmentation import make_ctx, real_lines, write_corpus
 
@@ -63,6 +64,27 @@ class Crashing(SourceLength):
 
 class Greedy(SourceLength):
     allocate = 3 << 30
+
+
+SETUPS = 0
+"""Set-ups of :class:`Loading` in this process (in a worker: that worker's)."""
+
+
+class Loading(SourceLength):
+    """Counts its set-ups (a model's load) per process and its scores per instance."""
+
+    scored = 0
+
+    def setup(self, resources=None):  # type: ignore[no-untyped-def]
+        global SETUPS
+        SETUPS += 1
+        super().setup(resources)
+
+    def corpus_score(self, hyps, refs, lang, sources=None):  # type: ignore[no-untyped-def]
+        self.scored += 1
+        score = super().corpus_score(hyps, refs, lang, sources)
+        return Score(score.metric, score.score,
+                     f"{score.signature}|setups:{SETUPS}|scored:{self.scored}")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +165,40 @@ def test_segment_scores_and_the_copy_guard_are_kept(
     assert ctx.metrics["Copies%"]["score"] == pytest.approx(100 * 5 / 60, abs=0.01)
     assert ctx.metrics["Copies%"]["higher_is_better"] is False
     assert ctx.metrics["WrongLang%"]["signature"].startswith("langid|")
+
+
+def test_later_steps_reuse_the_worker_and_its_set_up_metric(
+    corpora: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each evaluate step pickles its own metric instance to the worker of the metric's
+    identity; the worker keeps the first one set up (its model loaded once) for the others."""
+    signatures, setups = [], SETUPS
+    for n, settings in enumerate([{}, {}, {"char_order": 5}]):
+        ctx = make_ctx(tmp_path / f"work{n}", REGISTRY, corpora)
+        metrics: list = [Loading.from_dict(settings)]
+        ((_, score),) = step()._score(ctx, metrics, ["a"], [["a"]], "ja", ["b"], {})
+        signatures.append(dict(part.split(":") for part in score.signature.split("|")[1:]))
+    first, second, other = signatures
+    assert first["pid"] == second["pid"] != str(os.getpid())
+    assert (first["setups"], first["scored"]) == ("1", "1")
+    assert (second["setups"], second["scored"]) == ("1", "2")  # the same instance, set up once
+    assert other["pid"] != first["pid"] and other["setups"] == "1"  # other settings: own worker
+    assert setups == SETUPS  # nothing was set up in this process
+
+
+def test_a_worker_keeps_two_set_up_metrics_the_least_recently_used_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(evaluate, "in_worker", lambda: True)
+    monkeypatch.setattr(evaluate, "_SET_UP", type(evaluate._SET_UP)())
+
+    def scored(order: int) -> int:
+        metric: Any = Loading.from_dict({"char_order": order})
+        score = score_one(metric, ["a"], [["a"]], "ja", ["b"], {})
+        return int(score.signature.rsplit("scored:", 1)[1])
+
+    assert [scored(n) for n in (1, 2, 1, 3, 1, 2)] == [1, 1, 2, 1, 3, 1]  # 2 was dropped for 3
+    assert len(evaluate._SET_UP) == 2
+    light = chrf()
+    assert score_one(light, ["a"], [["a"]], "ja", None, {}).metric == "chrF"
+    assert len(evaluate._SET_UP) == 2  # light metrics are not kept

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import re
+import sys
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,7 +31,7 @@ from mtcore.api import (
     write_artifact_meta,
 )
 from mtcore_plugins.common.copies import copy_report
-from mtcore_plugins.common.isolated import run_isolated
+from mtcore_plugins.common.isolated import in_worker, run_in_worker
 
 
 class EvaluateConfig(PluginConfig):
@@ -57,6 +60,46 @@ class EvaluateConfig(PluginConfig):
     )
 
 
+def metric_identity(metric: Metric, resources: dict[str, str]) -> str:
+    """What makes two metric instances score alike: the class, the settings and the resources
+    (models by path). Heavy metrics of one identity share a worker process and its loaded model."""
+    kind = type(metric)
+    return json.dumps(
+        [f"{kind.__module__}.{kind.__qualname__}", metric.config.model_dump_json(), resources],
+        sort_keys=True,
+    )
+
+
+SET_UP_KEPT = 2
+"""Heavy metric instances (each may hold a loaded model) a worker process keeps set up."""
+
+_SET_UP: OrderedDict[str, Metric] = OrderedDict()
+
+
+def _set_up(metric: Metric, resources: dict[str, str]) -> Metric:
+    """``metric`` set up with ``resources``; in a worker process, a heavy metric of an identity
+    already set up there is that earlier instance (its model loaded once, on its first score,
+    and kept), the least recently used past :data:`SET_UP_KEPT` being dropped."""
+    if not (metric.heavy and in_worker()):
+        metric.setup({role: Path(path) for role, path in resources.items()})
+        return metric
+    key = metric_identity(metric, resources)
+    kept = _SET_UP.get(key)
+    if kept is not None:
+        _SET_UP.move_to_end(key)
+        return kept
+    metric.setup({role: Path(path) for role, path in resources.items()})
+    _SET_UP[key] = metric
+    if len(_SET_UP) > SET_UP_KEPT:
+        while len(_SET_UP) > SET_UP_KEPT:
+            _SET_UP.popitem(last=False)
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # the dropped model's memory back to the device
+    return metric
+
+
 def score_one(
     metric: Metric,
     hyps: list[str],
@@ -65,8 +108,9 @@ def score_one(
     sources: list[str] | None,
     resources: dict[str, str],
 ) -> Score:
-    """One metric's score (run in a worker process for heavy metrics: module level, picklable)."""
-    metric.setup({role: Path(path) for role, path in resources.items()})
+    """One metric's score (run in a worker process for heavy metrics: module level, picklable;
+    the worker keeps the metric set up for its later calls, see :func:`_set_up`)."""
+    metric = _set_up(metric, resources)
     if metric.needs_source:
         if sources is None:
             raise PluginError(
@@ -134,7 +178,8 @@ class EvaluateStep(Step[EvaluateConfig]):
         sources: list[str] | None,
         resources: dict[str, str],
     ) -> list[tuple[Metric, Score]]:
-        """Every metric's score. A heavy metric runs in its own worker process; each score is
+        """Every metric's score. A heavy metric runs in a worker process of its own identity
+        (kept for later steps' calls, its model loaded once: see ``isolated``); each score is
         kept in the step's scratch as soon as it exists, so a metric that fails (a crash, the
         memory bound) fails the step naming it, and the rerun scores only what is missing."""
         done = ctx.scratch("scores")
@@ -151,8 +196,12 @@ class EvaluateStep(Step[EvaluateConfig]):
             args = (metric, hyps, refs, lang, sources, resources)
             try:
                 if metric.heavy:
-                    score = run_isolated(
-                        what, score_one, *args, memory_gb=self.config.metric_memory_gb
+                    score = run_in_worker(
+                        metric_identity(metric, resources),
+                        what,
+                        score_one,
+                        *args,
+                        memory_gb=self.config.metric_memory_gb,
                     )
                 else:
                     score = score_one(*args)

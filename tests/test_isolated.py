@@ -1,0 +1,199 @@
+"""Persistent worker processes (``run_in_worker``): one per key, reused by later calls (the
+modules a call imported and the state it kept stay loaded), replaced after a crash, a timeout or
+the memory bound, quitting when idle and started again silently, one call at a time per key from
+any thread; ``run_isolated`` still runs one call in a fresh worker."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mtcore.api import PluginError
+from mtcore_plugins.common import isolated
+from mtcore_plugins.common.isolated import run_in_worker, run_isolated, stop_workers
+
+CALLS = 0
+"""Calls of :func:`count` in this process (a worker's own count: the module is imported once
+per worker)."""
+
+
+def count(pause: float = 0.0) -> tuple[int, int, float, float]:
+    """(pid, calls so far in this process, start, end): ``pause`` seconds between them."""
+    global CALLS
+    start = time.monotonic()
+    CALLS += 1
+    calls = CALLS
+    time.sleep(pause)
+    return os.getpid(), calls, start, time.monotonic()
+
+
+def abort_if(flag: str) -> int:
+    if Path(flag).exists():
+        os.abort()
+    return os.getpid()
+
+
+def allocate(size: int) -> int:
+    return len(bytearray(size))
+
+
+def fail(kind: str) -> None:
+    if kind == "plugin":
+        raise PluginError("no model at /nowhere")
+    raise ValueError("bad value")
+
+
+def unpicklable() -> object:
+    return lambda: None
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool() -> Iterator[None]:
+    yield
+    stop_workers()
+
+
+def test_a_second_call_reuses_the_worker_and_what_it_loaded() -> None:
+    pid, calls, *_ = run_in_worker("reuse", "task", count)
+    again, calls_again, *_ = run_in_worker("reuse", "task", count)
+    assert pid != os.getpid() and again == pid
+    assert (calls, calls_again) == (1, 2)  # the module and its counter stayed in the worker
+    other, other_calls, *_ = run_in_worker("another", "task", count)
+    assert other not in (pid, os.getpid()) and other_calls == 1  # one worker per key
+    assert CALLS == 0
+
+
+def test_a_crash_names_the_task_and_the_next_call_gets_a_fresh_worker(tmp_path: Path) -> None:
+    flag = tmp_path / "crash"
+    pid = run_in_worker("crash", "step x: metric 'm'", abort_if, str(flag))
+    flag.touch()
+    with pytest.raises(PluginError, match=r"^step x: metric 'm': .*killed by SIGABRT"):
+        run_in_worker("crash", "step x: metric 'm'", abort_if, str(flag))
+    assert "crash" not in isolated._POOL
+    flag.unlink()
+    fresh = run_in_worker("crash", "step x: metric 'm'", abort_if, str(flag))
+    assert fresh != pid
+
+
+def test_an_idle_worker_quits_and_the_next_call_starts_one_silently() -> None:
+    pid, *_ = run_in_worker("idle", "task", count, idle=0.5)
+    worker = isolated._POOL["idle"]
+    deadline = time.monotonic() + 20
+    while worker.process.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert worker.process.exitcode == 0  # quit by itself, cleanly
+    fresh, calls, *_ = run_in_worker("idle", "task", count, idle=0.5)
+    assert fresh != pid and calls == 1
+
+
+@pytest.mark.parametrize("delivered", [False, True])
+def test_a_call_that_crosses_the_idle_exit_runs_in_a_fresh_worker(delivered: bool) -> None:
+    """The worker quit after the parent found it alive: the call does not reach it (a broken
+    pipe) or reaches it too late (its farewell is the answer); either way nothing ran there."""
+    pid, *_ = run_in_worker("race", "task", count, idle=0.3)
+    worker = isolated._POOL["race"]
+    time.sleep(1.0)  # it sent its farewell and quit, but nothing has reaped it yet
+    worker.alive = lambda: True  # type: ignore[method-assign]  # as if it were found alive
+    if delivered:
+        worker.conn.send_bytes = lambda payload: None  # type: ignore[method-assign]
+    fresh, calls, *_ = run_in_worker("race", "task", count, idle=0.3)
+    assert fresh != pid and calls == 1
+
+
+def test_the_memory_bound_is_a_memory_error_and_the_worker_is_replaced() -> None:
+    pid = run_in_worker("memory", "metric 'big'", abort_if, "/nonexistent", memory_gb=0.5)
+    with pytest.raises(PluginError, match=r"^metric 'big': out of memory above .* 0.5 GB"):
+        run_in_worker("memory", "metric 'big'", allocate, 3 << 30, memory_gb=0.5)
+    assert run_in_worker("memory", "metric 'big'", allocate, 1 << 20, memory_gb=0.5) == 1 << 20
+    assert isolated._POOL["memory"].pid != pid
+
+
+def test_another_memory_bound_replaces_the_worker() -> None:
+    pid, *_ = run_in_worker("bound", "task", count)
+    bounded, calls, *_ = run_in_worker("bound", "task", count, memory_gb=2.0)
+    assert bounded != pid and calls == 1
+
+
+def test_a_hung_call_times_out_and_the_next_call_gets_a_fresh_worker() -> None:
+    pid, *_ = run_in_worker("hang", "task", count)
+    with pytest.raises(PluginError, match=r"^task: the worker process gave no result in 1 s"):
+        run_in_worker("hang", "task", count, 30.0, timeout=1.0)
+    fresh, calls, *_ = run_in_worker("hang", "task", count)
+    assert fresh != pid and calls == 1
+
+
+def test_calls_from_two_threads_on_one_key_run_one_at_a_time() -> None:
+    results: list[tuple[int, int, float, float]] = []
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            results.append(run_in_worker("threads", "task", count, 0.5))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    (pid1, calls1, start1, end1), (pid2, calls2, start2, end2) = sorted(results, key=lambda r: r[1])
+    assert pid1 == pid2 and (calls1, calls2) == (1, 2)
+    assert start2 >= end1  # the second started after the first ended
+
+
+def test_exceptions_keep_their_wording_and_the_worker() -> None:
+    with pytest.raises(PluginError, match=r"^task: no model at /nowhere$"):
+        run_in_worker("errors", "task", fail, "plugin")
+    pid = isolated._POOL["errors"].pid
+    with pytest.raises(PluginError, match=r"(?s)^task: ValueError: bad value\n.*Traceback"):
+        run_in_worker("errors", "task", fail, "value")
+    with pytest.raises(PluginError, match=r"^task: \w+Error: .*"):
+        run_in_worker("errors", "task", unpicklable)
+    assert isolated._POOL["errors"].pid == pid  # an exception is not a crash
+
+
+def test_run_isolated_runs_each_call_in_a_fresh_worker(tmp_path: Path) -> None:
+    first = run_isolated("task", abort_if, "/nonexistent")
+    assert run_isolated("task", abort_if, "/nonexistent") not in (first, os.getpid())
+    flag = tmp_path / "crash"
+    flag.touch()
+    with pytest.raises(PluginError, match=r"^task: the worker process was killed by SIGABRT"):
+        run_isolated("task", abort_if, str(flag))
+    with pytest.raises(PluginError, match=r"^task: out of memory above the memory bound of 0.5"):
+        run_isolated("task", allocate, 3 << 30, memory_gb=0.5)
+    assert not isolated._POOL
+
+
+def test_a_forked_child_starts_its_own_workers() -> None:
+    pid, *_ = run_in_worker("fork", "task", count)
+    child = os.fork()
+    if child == 0:  # the parent's worker is not the child's to use or stop
+        code = 1
+        try:
+            other, calls, *_ = run_in_worker("fork", "task", count)
+            code = 0 if other != pid and calls == 1 else 2
+            stop_workers()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert run_in_worker("fork", "task", count)[:2] == (pid, 2)
+
+
+def test_past_the_worker_bound_the_least_recently_used_worker_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(isolated, "MAX_WORKERS", 2)
+    run_in_worker("a", "task", count)
+    run_in_worker("b", "task", count)
+    first = isolated._POOL["a"]
+    assert run_in_worker("a", "task", count)[1] == 2  # "b" is now the least recently used
+    run_in_worker("c", "task", count)
+    assert sorted(isolated._POOL) == ["a", "c"] and isolated._POOL["a"] is first
