@@ -362,6 +362,15 @@ def test_mbr_settings_are_checked() -> None:
     where = dict(MbrStep.from_dict({"utility": {"name": "chrf", "beta": 0}}).check(registry))
     assert "greater than or equal to 1" in where["utility.beta"]
     assert MbrStep.from_dict({"utility": {"name": "sentence_bleu"}}).check(registry) == []
+    for utility in ("cometkiwi", "metricx_qe"):
+        where = dict(
+            MbrStep.from_dict({"utility": {"name": utility, "model": "m"}}).check(registry)
+        )
+        assert "reference-free" in where["utility"], utility
+    qe = {"name": "xcomet", "model": "m", "reference": False}
+    where = dict(MbrStep.from_dict({"utility": qe}).check(registry))
+    assert "ignores references" in where["utility"]
+    assert MbrStep.from_dict({"utility": {**qe, "reference": True}}).check(registry) == []
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         MbrConfig.model_validate({"candidates": 0})
     assert MbrConfig.model_validate({}).utility == "chrf"

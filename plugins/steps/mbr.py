@@ -149,6 +149,22 @@ def utility_problem(registry: Registry, name: str) -> str | None:
     return None
 
 
+def settings_problem(registry: Registry, utility: str | dict[str, Any]) -> str | None:
+    """Why the utility, with its settings, cannot be an MBR utility: a metric whose settings
+    turn the references off (``xcomet`` with ``reference: false``) is quality estimation."""
+    try:
+        metric = build_metrics(registry, [utility])[0]
+    except (PluginError, ValueError):
+        return None  # the component check reports bad settings
+    uses = getattr(metric, "uses_references", None)
+    if callable(uses) and not uses():
+        return (
+            f"metric {metric.name!r} with these settings ignores references (quality "
+            "estimation), so MBR would be reranking by it; choose a reference-based utility"
+        )
+    return None
+
+
 class MbrStep(Step[MbrConfig]):
     """Candidates (+ pseudo-references) + utility -> the expected-utility maximizer per line."""
 
@@ -161,6 +177,8 @@ class MbrStep(Step[MbrConfig]):
         problems = super().check(registry)
         name = entry_name(self.config.utility)
         problem = utility_problem(registry, name) if name is not None else None
+        if problem is None and name is not None:
+            problem = settings_problem(registry, self.config.utility)
         if problem is not None:
             problems.append(("utility", problem))
         return problems
@@ -168,7 +186,9 @@ class MbrStep(Step[MbrConfig]):
     def run(self, ctx: StepContext) -> None:
         config = self.config
         utility_name = str(entry_name(config.utility))
-        problem = utility_problem(ctx.registry, utility_name)
+        problem = utility_problem(ctx.registry, utility_name) or settings_problem(
+            ctx.registry, config.utility
+        )
         if problem is not None:
             raise StepError(f"{ctx.step_id}: {problem}")
         higher = getattr(ctx.registry.load("metrics", utility_name), "higher_is_better", True)
