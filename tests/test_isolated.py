@@ -1,7 +1,7 @@
 """Persistent worker processes (``run_in_worker``): one per key, reused by later calls (the
 modules a call imported and the state it kept stay loaded), replaced after a crash, a timeout or
 the memory bound, quitting when idle and started again silently, one call at a time per key from
-any thread; ``run_isolated`` still runs one call in a fresh worker."""
+any thread."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from mtcore.api import PluginError
 from mtcore_plugins.common import isolated
-from mtcore_plugins.common.isolated import run_in_worker, run_isolated, stop_workers
+from mtcore_plugins.common.isolated import run_in_worker, stop_workers
 
 CALLS = 0
 """Calls of :func:`count` in this process (a worker's own count: the module is imported once
@@ -157,18 +157,6 @@ def test_exceptions_keep_their_wording_and_the_worker() -> None:
     with pytest.raises(PluginError, match=r"^task: \w+Error: .*"):
         run_in_worker("errors", "task", unpicklable)
     assert isolated._POOL["errors"].pid == pid  # an exception is not a crash
-
-
-def test_run_isolated_runs_each_call_in_a_fresh_worker(tmp_path: Path) -> None:
-    first = run_isolated("task", abort_if, "/nonexistent")
-    assert run_isolated("task", abort_if, "/nonexistent") not in (first, os.getpid())
-    flag = tmp_path / "crash"
-    flag.touch()
-    with pytest.raises(PluginError, match=r"^task: the worker process was killed by SIGABRT"):
-        run_isolated("task", abort_if, str(flag))
-    with pytest.raises(PluginError, match=r"^task: out of memory above the memory bound of 0.5"):
-        run_isolated("task", allocate, 3 << 30, memory_gb=0.5)
-    assert not isolated._POOL
 
 
 def test_a_forked_child_starts_its_own_workers() -> None:

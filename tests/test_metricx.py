@@ -282,12 +282,15 @@ def test_rerank_feature_is_the_qe_score(tiny, enja):
 def test_evaluate_scores_it_in_a_spawned_worker(tiny, enja):
     """The evaluate step's path for a heavy metric: the metric, not yet loaded, pickled into a
     spawned process that sets it up with the step's inputs and scores there."""
-    from mtcore_plugins.common.isolated import run_isolated
+    from mtcore_plugins.common.isolated import run_in_worker, stop_workers
     from mtcore_plugins.steps.evaluate import score_one
 
     metric = metricx("mx", batch_size=4)
     args = (enja["hyp"][:6], [enja["ref"][:6]], "ja", enja["src"][:6], {"mx": str(tiny)})
-    score = run_isolated("metricx", score_one, metric, *args)
+    try:
+        score = run_in_worker("test-metricx", "metricx", score_one, metric, *args)
+    finally:
+        stop_workers()
     here = metricx(tiny, batch_size=4).segment_scores(
         enja["hyp"][:6], [enja["ref"][:6]], "ja", sources=enja["src"][:6]
     )

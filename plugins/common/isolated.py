@@ -8,8 +8,7 @@ process, so that the imports (torch, comet: seconds) and the model's loading (gi
 once per run, not once per evaluate step. A worker that crashed is dropped and the next call
 starts a fresh one; a worker quits by itself after ``idle`` seconds without a call (the next call
 starts a fresh one silently); at most :data:`MAX_WORKERS` live at once (the least recently used
-idle one is stopped first); all stop when this process exits. :func:`run_isolated` runs one call
-in a fresh worker that stops after it.
+idle one is stopped first); all stop when this process exits.
 
 Workers are started with ``spawn`` (no fork of a process that holds threads or a CUDA
 context); the function and its arguments are pickled on each call, so they must be module-level
@@ -253,8 +252,9 @@ def run_in_worker(
     idle: float = 300.0,
 ) -> Any:
     """``fn(*args)`` in the persistent worker of ``key`` (started on first use, or again after it
-    crashed, quit idle or had another ``memory_gb``); its result, or a ``PluginError`` as from
-    :func:`run_isolated`. Calls with one key run one at a time (from any thread); ``timeout``
+    crashed, quit idle or had another ``memory_gb``); its result, or a ``PluginError`` that starts
+    with ``what`` and says how the worker ended (its exception, a signal, an exit code, the
+    memory bound). Calls with one key run one at a time (from any thread); ``timeout``
     (seconds, 0: none) ends a worker that hangs; ``idle`` (seconds, 0: never) is how long the
     worker waits for its next call before it quits."""
     with _key_lock(key):
@@ -298,19 +298,3 @@ def _forget_workers() -> None:
 
 atexit.register(stop_workers)
 os.register_at_fork(after_in_child=_forget_workers)
-
-
-def run_isolated(
-    what: str, fn: Callable[..., Any], *args: Any, memory_gb: float = 0.0, timeout: float = 0.0
-) -> Any:
-    """``fn(*args)`` in a fresh worker process that stops after it; its result, or a
-    ``PluginError`` that starts with ``what`` and says how the worker ended (its exception, a
-    signal, an exit code, the memory bound). ``timeout`` (seconds, 0: none) stops a worker that
-    hangs."""
-    worker = Worker(memory_gb, name=f"mtcore worker: {what}")
-    try:
-        return worker.call(what, fn, args, timeout)
-    except _NotTaken as error:  # idle is 0: it never quits by itself
-        raise PluginError(f"{what}: the worker process quit before the call") from error
-    finally:
-        worker.stop()

@@ -20,8 +20,9 @@ classes, ``config.json`` without ``auto_map``, pickled weights only through the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import yaml
@@ -123,3 +124,14 @@ def describe(out: Path, metric: str, model_id: str, revision: str | None) -> Non
         json.dumps({"id": model_id.removeprefix("hf:"), "revision": revision, "metric": metric})
         + "\n"
     )
+
+
+def over_references(streams: Sequence[Sequence[float]]) -> tuple[list[float], dict[str, Any]]:
+    """A neural metric's segment scores from its scores against each reference stream (one
+    stream without references): each segment's mean over the streams, and the details a
+    ``Score`` keeps (the segments; with several streams, each stream's own mean)."""
+    segments = [fmean(column) for column in zip(*streams, strict=True)]
+    details: dict[str, Any] = {"segments": segments}
+    if len(streams) > 1:
+        details["per_reference"] = [round(fmean(s), 4) for s in streams]
+    return segments, details

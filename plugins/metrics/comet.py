@@ -34,6 +34,7 @@ from mtcore_plugins.common.comet_models import (
     Triple,
     model_files,
 )
+from mtcore_plugins.common.metric_models import over_references
 
 
 class CometConfig(CometModelConfig):
@@ -88,8 +89,7 @@ class CometFamilyMetric(Metric[SettingsT]):
         lang: str,
         sources: Sequence[str] | None = None,
     ) -> list[float]:
-        per_ref = self.scores_per_reference(hyps, refs, sources)
-        return [fmean(column) for column in zip(*per_ref, strict=True)]
+        return over_references(self.scores_per_reference(hyps, refs, sources))[0]
 
     def scores_per_reference(
         self, hyps: Sequence[str], refs: Sequence[Sequence[str]], sources: Sequence[str] | None
@@ -141,11 +141,7 @@ class CometFamilyMetric(Metric[SettingsT]):
     ) -> Score:
         if not hyps:
             raise DataError(f"{self.label} of no hypotheses: the hypothesis file is empty")
-        per_ref = self.scores_per_reference(hyps, refs, sources)
-        segments = [fmean(column) for column in zip(*per_ref, strict=True)]
-        details: dict[str, Any] = {"segments": segments}
-        if len(per_ref) > 1:
-            details["per_reference"] = [round(fmean(s), 4) for s in per_ref]
+        segments, details = over_references(self.scores_per_reference(hyps, refs, sources))
         files = self._files
         assert files is not None
         details.update(model=files.id, checkpoint=str(files.checkpoint))

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mtcore.api import DataError, Metric, PluginError, Score
+from mtcore_plugins.common.metric_models import over_references
 from mtcore_plugins.common.metricx_config import MetricXConfig, describe, format_input
 
 if TYPE_CHECKING:
@@ -90,8 +91,7 @@ class MetricXBase(Metric[MetricXConfig]):
         lang: str,
         sources: Sequence[str] | None = None,
     ) -> list[float]:
-        streams = self.per_reference(hyps, refs, sources)
-        return [sum(column) / len(column) for column in zip(*streams, strict=True)]
+        return over_references(self.per_reference(hyps, refs, sources))[0]
 
     def corpus_score(
         self,
@@ -102,14 +102,8 @@ class MetricXBase(Metric[MetricXConfig]):
     ) -> Score:
         if not hyps:
             raise DataError(f"metric {self.name!r}: no hypotheses to score")
-        streams = self.per_reference(hyps, refs, sources)
-        segments = [sum(column) / len(column) for column in zip(*streams, strict=True)]
-        details: dict[str, Any] = {
-            "segments": segments,
-            "model_dir": str(self.predictor().model_dir),
-        }
-        if len(streams) > 1:
-            details["per_reference"] = [round(sum(s) / len(s), 4) for s in streams]
+        segments, details = over_references(self.per_reference(hyps, refs, sources))
+        details["model_dir"] = str(self.predictor().model_dir)
         name = f"MetricX-{self.config.version}" + ("-QE" if self.qe else "")
         nrefs = 0 if self.qe else len(refs)
         return Score(name, round(sum(segments) / len(segments), 4), self.signature(nrefs), details)
