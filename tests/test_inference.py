@@ -59,6 +59,13 @@ def test_nt5_paths_as_the_recipe_builds_them(registry):
         "rerank_enja",
         "post_rerank_enja",
     ]
+    # Table 5 (l), the submitted system: the news-only models' ensemble, no reranking
+    submitted = choose_stage(recipe, "en-ja", "ensnews")
+    assert inference_path(recipe, submitted) == [
+        "tc_test",
+        "ens_news_test_enja",
+        "post_ensnews_enja",
+    ]
     baseline = choose_stage(recipe, "jaen", "baseline")
     assert inference_path(recipe, baseline) == [
         "tc_test",
@@ -79,7 +86,11 @@ def test_unknown_direction_and_stage_list_the_valid_ones(registry):
     recipe = load(registry, "nt5")
     with pytest.raises(MtcoreError, match="no direction 'de-en'; valid: enja, jaen"):
         choose_stage(recipe, "de-en", None)
-    with pytest.raises(MtcoreError, match="no stage 'final'; valid .*baseline, bt, ft, ensemble"):
+    with pytest.raises(
+        MtcoreError,
+        match=r"no stage 'final'; valid .*: baseline, bt, ftnews, ft, ensnews, ensemble, ensall, "
+        r"rerank$",
+    ):
         choose_stage(recipe, "enja", "final")
     with pytest.raises(MtcoreError, match="give --direction, one of: enja, jaen"):
         choose_stage(recipe, None, None)

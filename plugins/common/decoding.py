@@ -25,7 +25,7 @@ from mtcore_plugins.common.fairseq_setup import (
 from mtcore_plugins.common.spm import load_spm
 
 # NT5 §4.4 (footnote 7) ensembles up to eight models; Xiaomi §3.3 and HW-TSC §5.3 four.
-MODEL_ROLES = ("model", *(f"model{i}" for i in range(2, 9)))
+MODEL_ROLES = ("model", *(f"model{i}" for i in range(2, 17)))
 
 Hyp = tuple[str, float]
 """A hypothesis: its text and its mean log-probability per target token (EOS included)."""

@@ -72,7 +72,7 @@ class TranslateStep(Step[TranslateConfig]):
     """One output line per input line (``hyp``), in input order, and with ``nbest`` one n-best
     entry per line (``nbest``): empty input gives empty output, and a source longer than the
     model's positions is truncated (``translate.truncated``). Inputs ``model2`` ...
-    ``model8`` make an ensemble with ``model`` (NT5 §4.4: architectures may differ;
+    ``model16`` make an ensemble with ``model`` (NT5 §4.4: architectures may differ;
     dictionaries, languages and direction must not)."""
 
     name = "translate"
