@@ -420,3 +420,39 @@ def test_raw_japanese_lines_tokenize_and_rank_systems(tiny):
     )
     texts = {text for key in ("src", "ref", "NT5", "Online-A", "DLUT") for text in real[key]}
     assert comet.runner().stats["encoded"] == len(texts)  # src and ref once for three systems
+
+
+def test_cometkiwi_is_a_rerank_feature_that_mert_weighs(tiny, tmp_path):
+    """QE reranking in a rerank step: real candidate lists (the three WMT22 systems' outputs of
+    each source, in that order), CometKiwi's column beside the word penalty, weights tuned by
+    MERT on a dev n-best; the step's column is the scorer's own score and every line's choice
+    is the best under the tuned weights."""
+    from mtcore_plugins.common.nbest import read_nbest
+    from mtcore_plugins.steps.rerank import RerankStep
+
+    from .test_rerank import context, write_corpus, write_nbest
+
+    def nbest(start: int, count: int, name: str) -> tuple[Path, dict[str, list[str]]]:
+        real = wmt22_lines(start, count)
+        candidates = [[(real[s][i], {}) for s in ("NT5", "Online-A", "DLUT")] for i in range(count)]
+        return write_nbest(tmp_path / name, real["src"], candidates), real
+
+    dev, dev_lines = nbest(TRAIN_LINES, 30, "dev")
+    test, test_lines = nbest(TRAIN_LINES + 30, 20, "test")
+    dev_ref = write_corpus(tmp_path / "dev_ref", dev_lines["src"], dev_lines["ref"])
+    features = [{"name": "cometkiwi", "model": str(tiny["cometkiwi"])}, "word_penalty"]
+    step = RerankStep.from_dict({"features": features, "tuner": {"name": "mert", "restarts": 3}})
+    step.run(context(tmp_path / "rr", nbest=test, dev_nbest=dev, dev_ref=dev_ref))
+    report = json.loads((tmp_path / "rr/weights/weights.json").read_text())
+    weights = report["weights"]
+    assert report["tuner"] == "mert" and set(weights) == {"cometkiwi", "word_penalty"}
+    entries = list(read_nbest(tmp_path / "rr/nbest/nbest.jsonl"))
+    kiwi = metric("cometkiwi", tiny["cometkiwi"])
+    for entry in entries[:5]:
+        texts = [text for text, _ in entry.hyps]
+        own = kiwi.segment_scores(texts, [], "ja", sources=[entry.source] * len(texts))
+        assert close([scores["cometkiwi"] for _, scores in entry.hyps], own)
+    chosen = (tmp_path / "rr/hyp/hyp.ja").read_text(encoding="utf-8").splitlines()
+    for entry, line in zip(entries, chosen, strict=True):
+        totals = [sum(weights[f] * s[f] for f in weights) for _, s in entry.hyps]
+        assert line == entry.hyps[totals.index(max(totals))][0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -85,6 +86,19 @@ class Loading(SourceLength):
         score = super().corpus_score(hyps, refs, lang, sources)
         return Score(score.metric, score.score,
                      f"{score.signature}|setups:{SETUPS}|scored:{self.scored}")  # fmt: skip
+
+
+class Batched(SourceLength):
+    """Scores in batches of 8 segments and reports each (``isolated.report``), as COMET's and
+    MetricX's batch loops do."""
+
+    def corpus_score(self, hyps, refs, lang, sources=None):  # type: ignore[no-untyped-def]
+        from mtcore_plugins.common.isolated import report
+
+        for done in range(8, len(hyps) + 8, 8):
+            time.sleep(0.2)
+            report(min(done, len(hyps)), len(hyps))
+        return super().corpus_score(hyps, refs, lang, sources)
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +179,25 @@ def test_segment_scores_and_the_copy_guard_are_kept(
     assert ctx.metrics["Copies%"]["score"] == pytest.approx(100 * 5 / 60, abs=0.01)
     assert ctx.metrics["Copies%"]["higher_is_better"] is False
     assert ctx.metrics["WrongLang%"]["signature"].startswith("langid|")
+
+
+def test_a_heavy_metric_shows_its_progress_in_the_step_bar(
+    corpora: dict[str, Path], tmp_path: Path
+) -> None:
+    from mtcore.run.display import LiveBar
+
+    bars: list[LiveBar] = []
+
+    def sink(step_id: str, total: int | None, desc: str) -> LiveBar:
+        bars.append(LiveBar(total, desc))
+        return bars[-1]
+
+    ctx = make_ctx(tmp_path / "work", REGISTRY, corpora)
+    ctx.progress_sink = sink
+    hyps = [f"line {i}" for i in range(30)]
+    step()._score(ctx, [Batched.from_dict({})], hyps, [hyps], "ja", hyps, {})
+    (bar,) = bars
+    assert bar.desc == "source_length" and (bar.n, bar.total) == (30, 30)
 
 
 def test_later_steps_reuse_the_worker_and_its_set_up_metric(

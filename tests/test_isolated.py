@@ -52,6 +52,14 @@ def unpicklable() -> object:
     return lambda: None
 
 
+def reporting(steps: int, pause: float) -> int:
+    """Reports ``i`` of ``steps`` done every ``pause`` seconds, as a metric's batches do."""
+    for i in range(1, steps + 1):
+        time.sleep(pause)
+        isolated.report(i, steps)
+    return steps
+
+
 @pytest.fixture(autouse=True)
 def fresh_pool() -> Iterator[None]:
     yield
@@ -157,6 +165,17 @@ def test_exceptions_keep_their_wording_and_the_worker() -> None:
     with pytest.raises(PluginError, match=r"^task: \w+Error: .*"):
         run_in_worker("errors", "task", unpicklable)
     assert isolated._POOL["errors"].pid == pid  # an exception is not a crash
+
+
+def test_a_call_reports_its_progress_to_the_caller() -> None:
+    seen: list[tuple[int, int]] = []
+    follow = lambda done, total: seen.append((done, total))  # noqa: E731
+    assert run_in_worker("progress", "task", reporting, 6, 0.3, progress=follow) == 6
+    assert seen[-1] == (6, 6)  # the last report always comes
+    assert 2 <= len(seen) < 6 and seen == sorted(seen)  # at most one every half second
+    assert run_in_worker("progress", "task", reporting, 2, 0.0) == 2  # no follower: dropped
+    with pytest.raises(PluginError, match="gave no result in 1 s"):  # reports do not extend it
+        run_in_worker("progress", "task", reporting, 10, 0.3, timeout=1.0, progress=follow)
 
 
 def test_a_forked_child_starts_its_own_workers() -> None:

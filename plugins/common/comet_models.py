@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mtcore.api import NOT_IDENTITY, PluginConfig, PluginError, content_hash
+from mtcore_plugins.common.isolated import report
 
 if TYPE_CHECKING:
     import torch
@@ -449,10 +450,12 @@ class CometRunner:
         return list(encoded["input_ids"])
 
     def _batches(self, count: int, length: Callable[[int], int]) -> Iterator[list[int]]:
-        """Index batches, longest inputs first (a batch too large for memory fails early)."""
+        """Index batches, longest inputs first (a batch too large for memory fails early); in
+        a worker, each batch done is reported (``isolated.report``)."""
         order = sorted(range(count), key=lambda i: (-length(i), i))
         for start in range(0, count, self.batch_size):
             yield order[start : start + self.batch_size]
+            report(min(start + self.batch_size, count), count)
 
 
 def choose_device(setting: str, precision: str, who: str) -> str:

@@ -39,12 +39,29 @@ MAX_WORKERS = 4
 """Persistent workers alive at once (each may hold a loaded model)."""
 
 _IN_WORKER = False
+_CONN: Any = None  # in a worker: its end of the pipe, for report()
+_LAST_REPORT = 0.0
+REPORT_EVERY = 0.5  # seconds between progress reports
 
 
 def in_worker() -> bool:
     """Whether this process is a worker of this module (a function it runs may keep state for
     the worker's later calls)."""
     return _IN_WORKER
+
+
+def report(done: int, total: int) -> None:
+    """From a call running in a worker: ``done`` of ``total`` items are done, for the caller's
+    ``progress`` (a long neural scoring shows its batches). Sent at most every half second, and
+    always when ``done`` reaches ``total``; outside a worker, nothing."""
+    global _LAST_REPORT
+    if _CONN is None:
+        return
+    now = time.monotonic()
+    if done < total and now - _LAST_REPORT < REPORT_EVERY:
+        return
+    _LAST_REPORT = now
+    _CONN.send(("progress", done, total))
 
 
 def _reply(conn: Any, message: tuple[Any, ...]) -> None:
@@ -61,8 +78,9 @@ def _serve(conn: Any, memory_gb: float, idle: float) -> None:
     text, traceback)``; ``("stop",)`` or the parent's end closing ends it; ``idle`` seconds
     without a call (0: never) end it after a last ``("idle",)``, which tells a parent whose call
     crossed it that the call was not taken."""
-    global _IN_WORKER
+    global _IN_WORKER, _CONN
     _IN_WORKER = True
+    _CONN = conn
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers
     if memory_gb > 0:
         limit = int(memory_gb * (1 << 30))
@@ -128,11 +146,19 @@ class Worker:
     def alive(self) -> bool:
         return self.process.is_alive() and not self.conn.closed
 
-    def call(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+    def call(
+        self,
+        what: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        timeout: float,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> Any:
         """``fn(*args)`` in the worker: its result, or a ``PluginError`` that starts with ``what``
         and says how the call ended (its exception, a signal, an exit code, the memory bound, the
         timeout); the worker is ended when it crashed, hung, hit the memory bound or the wait was
-        interrupted. ``_NotTaken`` when the worker had quit idle before the call reached it."""
+        interrupted. ``_NotTaken`` when the worker had quit idle before the call reached it.
+        ``progress(done, total)`` is called with what the call :func:`report`s."""
         self.last_used = time.monotonic()
         payload = ForkingPickler.dumps(("call", fn, args))  # what does not pickle fails here
         try:
@@ -146,14 +172,23 @@ class Worker:
         del payload
         message: Any = None
         timed_out = False
+        deadline = time.monotonic() + timeout if timeout > 0 else None
         try:
-            if self.conn.poll(timeout if timeout > 0 else None):
+            while True:
+                wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                if not self.conn.poll(wait):
+                    timed_out = True
+                    break
                 try:
                     message = self.conn.recv()
                 except (EOFError, ConnectionResetError):
                     message = None
-            else:
-                timed_out = True
+                    break
+                if message[0] != "progress":
+                    break
+                if progress is not None:
+                    progress(message[1], message[2])
+                message = None
         except BaseException:
             self.end(0)  # interrupted: the worker's state is unknown
             raise
@@ -250,13 +285,15 @@ def run_in_worker(
     memory_gb: float = 0.0,
     timeout: float = 0.0,
     idle: float = 300.0,
+    progress: Callable[[int, int], object] | None = None,
 ) -> Any:
     """``fn(*args)`` in the persistent worker of ``key`` (started on first use, or again after it
     crashed, quit idle or had another ``memory_gb``); its result, or a ``PluginError`` that starts
     with ``what`` and says how the worker ended (its exception, a signal, an exit code, the
     memory bound). Calls with one key run one at a time (from any thread); ``timeout``
     (seconds, 0: none) ends a worker that hangs; ``idle`` (seconds, 0: never) is how long the
-    worker waits for its next call before it quits."""
+    worker waits for its next call before it quits; ``progress(done, total)`` follows what the
+    call :func:`report`s."""
     with _key_lock(key):
         for _ in range(3):
             with _POOL_LOCK:
@@ -271,7 +308,7 @@ def run_in_worker(
                 with _POOL_LOCK:
                     _POOL[key] = worker
             try:
-                return worker.call(what, fn, args, timeout)
+                return worker.call(what, fn, args, timeout, progress)
             except _NotTaken:
                 _drop(key, worker)
                 continue

@@ -38,6 +38,7 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.models.mt5.modeling_mt5 import MT5PreTrainedModel, MT5Stack
 
 from mtcore.api import DataError, PluginError, thread_count
+from mtcore_plugins.common.isolated import report
 from mtcore_plugins.common.metricx_config import (
     MAX_SCORE,
     REGRESSION_ID,
@@ -268,6 +269,7 @@ class MetricXPredictor:
             rows = order[start : start + size]
             for row, score in zip(rows, self._forward([ids[i] for i in rows]), strict=True):
                 scores[row] = score
+            report(start + len(rows), len(order))
         where = {text: i for i, text in enumerate(unique)}
         return [scores[where[text]] for text in texts]
 

@@ -100,6 +100,16 @@ def _set_up(metric: Metric, resources: dict[str, str]) -> Metric:
     return metric
 
 
+def follow(bar: Any, done: int, total: int) -> None:
+    """A progress bar (tqdm's, or the run display's) set to what a worker reported: the
+    batches of one phase of a neural metric (COMET-22 embeds the distinct texts, then scores)."""
+    bar.total = total
+    bar.n = done
+    refresh = getattr(bar, "refresh", None)
+    if refresh is not None:
+        refresh()
+
+
 def score_one(
     metric: Metric,
     hyps: list[str],
@@ -196,13 +206,15 @@ class EvaluateStep(Step[EvaluateConfig]):
             args = (metric, hyps, refs, lang, sources, resources)
             try:
                 if metric.heavy:
-                    score = run_in_worker(
-                        metric_identity(metric, resources),
-                        what,
-                        score_one,
-                        *args,
-                        memory_gb=self.config.metric_memory_gb,
-                    )
+                    with ctx.progress(None, metric.name) as bar:
+                        score = run_in_worker(
+                            metric_identity(metric, resources),
+                            what,
+                            score_one,
+                            *args,
+                            memory_gb=self.config.metric_memory_gb,
+                            progress=lambda done, total, bar=bar: follow(bar, done, total),
+                        )
                 else:
                     score = score_one(*args)
             except PluginError as error:
