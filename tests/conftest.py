@@ -154,7 +154,7 @@ LONGEST = {
     "test_kill_sweep_resumes_to_the_uninterrupted_outputs[yishu]": 180,
     "test_smoke_profile_runs_end_to_end[nt5]": 168,
     "test_smoke_profile_runs_end_to_end[hwtsc]": 162,
-    "test_rehearsal_paper_graph_runs_end_to_end[hwtsc]": 253,
+    "test_rehearsal_paper_graph_runs_end_to_end[hwtsc]": 430,
     "test_rehearsal_paper_graph_runs_end_to_end[yishu]": 173,
     "test_default_profile_runs_end_to_end[nt5]": 208,
     "test_smoke_profile_runs_end_to_end[xiaomi]": 105,

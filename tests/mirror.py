@@ -104,8 +104,10 @@ def _wmt_pairs(a: str, b: str) -> list[tuple[str, str]] | None:
 
 
 def _mono(lang: str) -> list[str]:
-    for path in sorted(DATA.glob(f"*/wmt-conference+*/txt/sources/*.src.{lang}")):
-        return _read(path)
+    """A WMT source in ``lang``, else a reference (WMT22 has no Croatian source text)."""
+    for pattern in (f"*.src.{lang}", f"*.ref.A.{lang}"):
+        for path in sorted(DATA.glob(f"*/wmt-conference+*/txt/*/{pattern}")):
+            return _read(path)
     raise LookupError(f"no {lang} text in {DATA}")
 
 
