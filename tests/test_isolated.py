@@ -204,3 +204,21 @@ def test_past_the_worker_bound_the_least_recently_used_worker_stops(
     assert run_in_worker("a", "task", count)[1] == 2  # "b" is now the least recently used
     run_in_worker("c", "task", count)
     assert sorted(isolated._POOL) == ["a", "c"] and isolated._POOL["a"] is first
+
+
+def test_a_call_of_another_protocol_is_refused_with_an_error_both_sides_read() -> None:
+    """A parent of older code (protocol 1: no version) or newer code reaches a worker: the worker
+    answers with the four-field error every protocol reads, and stays for a matching call."""
+    worker = isolated.Worker()
+    try:
+        for call in (("call", count, ()), ("call", count, (), isolated.PROTOCOL + 1)):
+            worker.conn.send(call)
+            kind, name, text, trace = worker.conn.recv()
+            assert (kind, name, trace) == ("error", "PluginError", "")
+            theirs = call[3] if len(call) == 4 else 1
+            assert f"protocol {isolated.PROTOCOL}, its parent protocol {theirs}" in text
+            assert "start it again" in text
+        pid, calls, _, _ = worker.call("count", count, (), timeout=30)
+        assert (pid, calls) == (worker.pid, 1)  # the refused calls did not run
+    finally:
+        worker.stop()

@@ -43,6 +43,13 @@ _CONN: Any = None  # in a worker: its end of the pipe, for report()
 _LAST_REPORT = 0.0
 REPORT_EVERY = 0.5  # seconds between progress reports
 
+PROTOCOL = 2
+"""The version of the messages between a parent and its workers, sent with every call; raise it
+when a message changes. A worker is a fresh import of the installed code, so mtcore upgraded or
+edited under a running job gives workers a newer protocol than their parent's (protocol 1 had no
+version and no progress messages): the worker answers such a call with an error both sides read,
+instead of a message the parent cannot unpack."""
+
 
 def in_worker() -> bool:
     """Whether this process is a worker of this module (a function it runs may keep state for
@@ -74,10 +81,10 @@ def _reply(conn: Any, message: tuple[Any, ...]) -> None:
 
 
 def _serve(conn: Any, memory_gb: float, idle: float) -> None:
-    """The worker's loop: ``("call", fn, args)`` -> ``("ok", result)`` or ``("error", kind,
-    text, traceback)``; ``("stop",)`` or the parent's end closing ends it; ``idle`` seconds
-    without a call (0: never) end it after a last ``("idle",)``, which tells a parent whose call
-    crossed it that the call was not taken."""
+    """The worker's loop: ``("call", fn, args, PROTOCOL)`` -> ``("ok", result)`` or ``("error",
+    kind, text, traceback)``, with ``("progress", done, total)`` before it; ``("stop",)`` or the
+    parent's end closing ends it; ``idle`` seconds without a call (0: never) end it after a last
+    ``("idle",)``, which tells a parent whose call crossed it that the call was not taken."""
     global _IN_WORKER, _CONN
     _IN_WORKER = True
     _CONN = conn
@@ -99,7 +106,12 @@ def _serve(conn: Any, memory_gb: float, idle: float) -> None:
                 continue
             if message[0] != "call":
                 return
-            _, fn, args = message
+            if len(message) != 4 or message[3] != PROTOCOL:
+                theirs = message[3] if len(message) == 4 else 1
+                _reply(conn, ("error", "PluginError", _mismatch(theirs), ""))
+                del message
+                continue
+            _, fn, args, _version = message
             try:
                 result = fn(*args)
             except BaseException as error:
@@ -118,6 +130,14 @@ def _serve(conn: Any, memory_gb: float, idle: float) -> None:
         return
     finally:
         conn.close()
+
+
+def _mismatch(theirs: object) -> str:
+    return (
+        f"the worker process runs mtcore code of worker protocol {PROTOCOL}, its parent "
+        f"protocol {theirs}: mtcore was upgraded or its plugins edited while this run was going. "
+        "Stop the run (Ctrl-C or SIGTERM) and start it again: finished steps are kept"
+    )
 
 
 class _NotTaken(Exception):
@@ -160,7 +180,8 @@ class Worker:
         interrupted. ``_NotTaken`` when the worker had quit idle before the call reached it.
         ``progress(done, total)`` is called with what the call :func:`report`s."""
         self.last_used = time.monotonic()
-        payload = ForkingPickler.dumps(("call", fn, args))  # what does not pickle fails here
+        # what does not pickle fails here
+        payload = ForkingPickler.dumps(("call", fn, args, PROTOCOL))
         try:
             self.conn.send_bytes(payload)
         except (BrokenPipeError, ConnectionResetError) as error:
