@@ -4,6 +4,7 @@ Adafactor, criterion settings, torchrun processes and ensembles."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -660,3 +661,68 @@ def test_two_processes_continue_from_a_checkpoint(
     text = (tmp_path / "model/train.log").read_text(encoding="utf-8")
     assert "distributed init (rank 1)" in text and "'load_checkpoint_on_all_dp_ranks': True" in text
     assert ctx.metrics["updates"] == 4 and (tmp_path / "model/checkpoint.pt").exists()
+
+
+def test_cycled_data_trains_on_all_of_train_and_one_part_an_epoch(
+    corpora: dict[str, Path], vocabs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Tran et al. (2021)'s sharding (Yishu §3.1): binarize cuts the cycled corpus (here 301
+    back-translation-like pairs) into three parts, each a shard directory beside the whole train
+    split, with one dictionary over both; fairseq trains epoch e on shard (e - 1) mod 3."""
+    from mtcore.data.corpus import CorpusWriter
+    from mtcore_plugins.steps.binarize import mmap_length
+
+    with (
+        open(DATA / "train.en", encoding="utf-8") as en,
+        open(DATA / "train.ja", encoding="utf-8") as ja,
+        CorpusWriter(tmp_path / "bt", ("en", "ja")) as writer,
+    ):
+        for pair in itertools.islice(zip(en, ja, strict=True), 1000, 1300):
+            writer.write(tuple(side.rstrip("\n") for side in pair))
+        writer.write(("Ω only here .", "Ω"))  # a piece the train split lacks
+    inputs = {
+        "train": corpora["train"],
+        "valid": corpora["valid"],
+        "spm": vocabs["spm_a"],
+        "cycled": tmp_path / "bt",
+    }
+    config = {"src": "en", "tgt": "ja", "cycle_parts": 3}
+    BinarizeStep.from_dict(config).run(make_ctx(tmp_path / "bin", "bin", **inputs))
+    data = tmp_path / "bin" / "data"
+    meta = Artifact.open(data).meta
+    assert (meta["cycle_parts"], meta["cycle_lines"]) == (3, [101, 100, 100])
+    assert "Ω" in (data / "dict.en.txt").read_text(encoding="utf-8").split()
+    for k, count in enumerate(meta["cycle_lines"]):
+        shard = data / "cycle" / str(k)
+        assert mmap_length(shard / "train1.en-ja.ja.idx") == count
+        assert mmap_length(shard / "train.en-ja.en.idx") == meta["lines"]["train"]
+        for name in ("dict.ja.txt", "valid.en-ja.en.bin"):
+            assert (shard / name).read_bytes() == (data / name).read_bytes()
+    # fewer cycled lines than parts (a synthetic corpus its filters emptied): the empty parts
+    # add nothing to their epochs
+    with CorpusWriter(tmp_path / "one", ("en", "ja")) as writer:
+        writer.write(("Ω only here .", "Ω"))
+    few = make_ctx(tmp_path / "few", "bin", **{**inputs, "cycled": tmp_path / "one"})
+    BinarizeStep.from_dict(config).run(few)
+    assert Artifact.open(tmp_path / "few" / "data").meta["cycle_lines"] == [1, 0, 0]
+    assert few.stats["binarize.cycled_empty_parts"] == 2
+    short = train(tmp_path / "short", {**MICRO, "max_epoch": 3}, tmp_path / "few" / "data")
+    assert (short.work / "model" / "checkpoint.pt").exists()
+    with pytest.raises(DataError, match="cycle_parts"):
+        BinarizeStep.from_dict({"src": "en", "tgt": "ja"}).run(
+            make_ctx(tmp_path / "bin2", "bin", **inputs)
+        )
+
+    ctx = train(tmp_path / "train", {**MICRO, "max_epoch": 4, "lr": 0.003}, data)
+    log = (ctx.work / "model" / "train.log").read_text(encoding="utf-8")
+    # the shard each epoch trained on: the last one loaded before the epoch began (fairseq
+    # loads the next epoch's at the end of each)
+    shard, trained = None, []
+    for line in log.splitlines():
+        if found := re.search(
+            r"loaded [\d,]+ examples from: \S+/cycle/(\d)/train1\.en-ja\.en$", line
+        ):
+            shard = int(found.group(1))
+        elif found := re.search(r"begin training epoch (\d+)", line):
+            trained.append((int(found.group(1)), shard))
+    assert trained == [(1, 0), (2, 1), (3, 2), (4, 0)]

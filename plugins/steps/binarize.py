@@ -8,11 +8,22 @@ probability ``alpha``), ``copies`` times with the target repeated. fairseq train
 data, so the samples are drawn once here, not anew each epoch as the papers do; ``copies``
 above 1 gives the model several segmentations of each sentence. The validation data, the
 targets and every decoding input keep the single best segmentation.
+
+``cycled`` is training data seen in part, a different part each epoch: Tran et al. (2021)'s
+sharding, which Yishu §3.1 follows, "downsized ... the synthetic backtranslation for each
+training cycle". It is cut into ``cycle_parts`` parts (line i into part i mod n) and the output
+holds one fairseq data directory per part, ``cycle/<k>``: the whole ``train`` split plus part k
+(``train1``), the validation data and the one dictionary, built from ``train`` and all of
+``cycled``. A train step reading such data gives fairseq the directories as shards
+(``dir0:dir1:...``), and epoch e trains on part (e - 1) mod n. The shards' copies of the
+shared files are hard links where the filesystem allows them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import struct
 import sys
 import threading
@@ -91,6 +102,13 @@ class BinarizeConfig(PluginConfig):
         "dictionary lacks become <unk> (unk) or take over the rows of its rarest entries "
         "(rare; HW-TSC §3.3's OOV process for Livonian)",
     )
+    cycle_parts: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="parts the cycled input is cut into, one a training epoch beside all of "
+        "train (Tran et al. 2021's sharding, Yishu §3.1); 1: no cycled input",
+    )
 
 
 class BinarizeStep(Step[BinarizeConfig]):
@@ -112,11 +130,18 @@ class BinarizeStep(Step[BinarizeConfig]):
         "valid": True,
         "spm": True,
         "dictionary": False,
+        "cycled": False,
     }
     outputs: ClassVar[tuple[str, ...]] = ("data",)
 
     def run(self, ctx: StepContext) -> None:
         spm = ctx.inputs["spm"]
+        parts = self.config.cycle_parts
+        if ("cycled" in ctx.inputs) != (parts > 1):
+            raise DataError(
+                f"{ctx.step_id}: a cycled input needs cycle_parts of 2 or more, and cycle_parts "
+                f"{parts} needs a cycled input"
+            )
         encoded = ctx.scratch("encoded")
         given = ctx.inputs.get("dictionary")
         extra: dict[str, Any] = {}
@@ -138,6 +163,9 @@ class BinarizeStep(Step[BinarizeConfig]):
             processor = load_spm(spm.path)
             fixed = None if given is None else self._dictionary(given.path)
         lines = {split: self._encode(ctx, split, processor, encoded) for split in SPLITS}
+        cycled = [] if parts == 1 else self._cut(ctx, processor, encoded, parts)
+        if cycled and fixed is None:  # one dictionary over train and every part
+            fixed = self._cycle_dictionary(encoded, ctx.scratch("dictionary"), parts)
         if fixed is not None and "language_tokens" in extra and self.config.oov == "rare":
             langs = (self.config.src, self.config.tgt)
             reserved = frozenset(processor.tokenizer.all_special_tokens)
@@ -149,6 +177,10 @@ class BinarizeStep(Step[BinarizeConfig]):
             extra["pretrained"]["oov_rows_borrowed"] = len(pairs)
         out = ctx.fresh_output("data")  # fairseq-preprocess overwrites no file of a killed try
         self._preprocess(encoded, out, fixed)
+        if cycled:
+            self._shards(ctx, encoded, out, cycled)
+            extra["cycle_parts"] = parts
+            extra["cycle_lines"] = cycled
         if "pretrained" in extra:
             copy_tokenizer(spm, out)
         for split, count in lines.items():
@@ -188,7 +220,7 @@ class BinarizeStep(Step[BinarizeConfig]):
     def _encode(self, ctx: StepContext, split: str, processor: Any, encoded: Path) -> int:
         corpus = Corpus.open(ctx.inputs[split].path)
         columns = [self._column(corpus, lang, split) for lang in (self.config.src, self.config.tgt)]
-        sampling = self.config.src_sampling if split == "train" else None
+        sampling = self.config.src_sampling if split in ("train", "cycled") else None
         copies = 1 if sampling is None else sampling.copies
         count = 0
         with ExitStack() as stack:
@@ -222,6 +254,73 @@ class BinarizeStep(Step[BinarizeConfig]):
             ctx.stats.add(f"binarize.{split}_sampled_copies", copies)
         return count
 
+    def _cut(self, ctx: StepContext, processor: Any, encoded: Path, parts: int) -> list[int]:
+        """The cycled input encoded and cut into ``cycle<k>.<lang>`` files; their line counts."""
+        total = self._encode(ctx, "cycled", processor, encoded)
+        if total < parts:  # an epoch on an empty part trains on train alone
+            ctx.stats.add("binarize.cycled_empty_parts", parts - total)
+        counts = [len(range(k, total, parts)) for k in range(parts)]
+        for lang in (self.config.src, self.config.tgt):
+            with ExitStack() as stack:
+                handles = [
+                    stack.enter_context(
+                        open(encoded / f"cycle{k}.{lang}", "w", encoding="utf-8", newline="\n")
+                    )
+                    for k in range(parts)
+                ]
+                with open(encoded / f"cycled.{lang}", encoding="utf-8", newline="\n") as lines:
+                    for number, line in enumerate(lines):
+                        handles[number % parts].write(line)
+            (encoded / f"cycled.{lang}").unlink()
+        ctx.stats.add("binarize.cycled_lines", total)
+        return counts
+
+    def _cycle_dictionary(self, encoded: Path, work: Path, parts: int) -> Path:
+        """The joined dictionary of train and every cycled part (fairseq-preprocess
+        --dict-only over their concatenation)."""
+        for lang in (self.config.src, self.config.tgt):
+            with open(work / f"all.{lang}", "wb") as joined:
+                for name in ["train", *(f"cycle{k}" for k in range(parts))]:
+                    with open(encoded / f"{name}.{lang}", "rb") as part:
+                        shutil.copyfileobj(part, joined)
+        self._run_preprocess(["--trainpref", str(work / "all")], work, None, "--dict-only")
+        return work / f"dict.{self.config.src}.txt"
+
+    def _shards(self, ctx: StepContext, encoded: Path, out: Path, counts: list[int]) -> None:
+        """``cycle/<k>``: part k binarized as ``train1`` beside links to ``out``'s train and
+        valid splits and dictionaries; an empty part has no ``train1`` (fairseq cannot read an
+        empty split), so its epoch trains on ``train`` alone."""
+        c = self.config
+        pair = f"{c.src}-{c.tgt}"
+        shared = [f"dict.{lang}.txt" for lang in (c.src, c.tgt)] + [
+            f"{split}.{pair}.{lang}.{ext}"
+            for split in SPLITS
+            for lang in (c.src, c.tgt)
+            for ext in ("bin", "idx")
+        ]
+        for k, count in enumerate(counts):
+            shard = out / "cycle" / str(k)
+            shard.mkdir(parents=True)
+            for name in shared:
+                _link(out / name, shard / name)
+            if count == 0:
+                continue
+            part = ctx.scratch(f"cycle{k}")
+            self._run_preprocess(
+                ["--trainpref", str(encoded / f"cycle{k}")], part, out / f"dict.{c.src}.txt"
+            )
+            for lang in (c.src, c.tgt):
+                for ext in ("bin", "idx"):
+                    os.replace(
+                        part / f"train.{pair}.{lang}.{ext}", shard / f"train1.{pair}.{lang}.{ext}"
+                    )
+                found = mmap_length(shard / f"train1.{pair}.{lang}.idx")
+                if found != count:
+                    raise StepError(
+                        f"{ctx.step_id}: fairseq-preprocess wrote {found} examples of cycled part "
+                        f"{k} for {lang} from {count} lines; see {part / 'binarize.log'}"
+                    )
+
     def _column(self, corpus: Corpus, lang: str, split: str) -> int:
         if lang not in corpus.langs:
             raise DataError(
@@ -241,6 +340,12 @@ class BinarizeStep(Step[BinarizeConfig]):
         )
 
     def _preprocess(self, encoded: Path, out: Path, dictionary: Path | None) -> None:
+        prefixes = ["--trainpref", str(encoded / "train"), "--validpref", str(encoded / "valid")]
+        self._run_preprocess(prefixes, out, dictionary)
+
+    def _run_preprocess(
+        self, prefixes: list[str], out: Path, dictionary: Path | None, *flags: str
+    ) -> None:
         c = self.config
         cmd = [
             sys.executable,
@@ -250,10 +355,8 @@ class BinarizeStep(Step[BinarizeConfig]):
             c.src,
             "--target-lang",
             c.tgt,
-            "--trainpref",
-            str(encoded / "train"),
-            "--validpref",
-            str(encoded / "valid"),
+            *prefixes,
+            *flags,
             "--destdir",
             str(out),
             "--joined-dictionary",
@@ -265,6 +368,14 @@ class BinarizeStep(Step[BinarizeConfig]):
         if dictionary is not None:  # with --joined-dictionary it serves both sides
             cmd += ["--srcdict", str(dictionary)]
         run_logged(cmd, out / "binarize.log", "fairseq-preprocess", warm=True)
+
+
+def _link(source: Path, link: Path) -> None:
+    """A hard link, or a copy where the filesystem has none."""
+    try:
+        os.link(source, link)
+    except OSError:
+        shutil.copyfile(source, link)
 
 
 def _sampled(

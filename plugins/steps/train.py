@@ -9,6 +9,7 @@ through torchrun (settings in :mod:`mtcore_plugins.common.train_config`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -202,7 +203,13 @@ class TrainStep(Step[TrainConfig]):
         if init is not None:
             args += ["--finetune-from-model", str(init)]
         optional = [*self._optimizer_args(), *self._optional_args(), *self._criterion_args()]
-        return [*head, "--", str(data), *args, "--no-epoch-checkpoints", *optional, *c.extra_args]
+        if int(meta.get("cycle_parts", 1)) > 1:
+            # two train splits a shard: fairseq's default, -1, would tile the first -1 times
+            args += ["--upsample-primary", "1"]
+        return [
+            *head, "--", data_paths(data, meta), *args, "--no-epoch-checkpoints", *optional,
+            *c.extra_args,
+        ]  # fmt: skip
 
     def _optimizer_args(self) -> list[str]:
         c = self.config
@@ -406,3 +413,12 @@ class TrainStep(Step[TrainConfig]):
                 ctx.step_id,
                 parsed["skipped_too_long"],
             )
+
+
+def data_paths(data: Path, meta: dict[str, Any]) -> str:
+    """fairseq's data argument: the directory, or with cycled data (binarize ``cycled``) its
+    shard directories joined by the path separator, one an epoch in turn."""
+    parts = int(meta.get("cycle_parts", 1))
+    if parts == 1:
+        return str(data)
+    return os.pathsep.join(str(data / "cycle" / str(k)) for k in range(parts))
