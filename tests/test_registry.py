@@ -160,3 +160,15 @@ def test_the_core_finds_a_role_by_class_metadata_not_by_name(site: Path) -> None
     assert scorer().stage("score") is None
     assert registry.load("steps", "evaluate")().stage("eval_ft_jaen") == ("ft", "jaen")
     assert registry.load("steps", "evaluate")().stage("evaluate_ft") is None
+
+
+def test_an_unknown_name_among_hundreds_lists_the_nearest_not_all() -> None:
+    """A recipe of 529 steps: an unknown reference names the nearest few, not every step."""
+    from mtcore.contracts.registry import LISTED, suggest
+
+    steps = [f"train_{i}_enzh" for i in range(500)] + ["mono_uk", "mono_en"]
+    text = suggest("xq_mono", steps, "Known")
+    assert text.startswith(f"Known, the {LISTED} nearest of 502: ")
+    listed = text.split(": ", 1)[1].rstrip(".").split(", ")
+    assert len(listed) == LISTED and "mono_uk" in listed and "mono_en" in listed
+    assert suggest("x", ["a", "b"], "Known") == "Known: a, b."

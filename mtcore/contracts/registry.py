@@ -53,12 +53,20 @@ def group(kind: str) -> str:
     return f"mtcore.{kind}"
 
 
+LISTED = 12
+"""Names an error lists at most: a recipe of 500 steps would otherwise print them all."""
+
+
 def suggest(name: str, choices: Any, label: str = "Valid names") -> str:
-    """``Did you mean 'x'?`` when a close match exists, else the list of valid names."""
+    """``Did you mean 'x'?`` when a close match exists, else the list of valid names (the
+    :data:`LISTED` most like ``name`` when there are more)."""
     choices = sorted(choices)
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
     if close:
         return f"Did you mean {close[0]!r}?"
+    if len(choices) > LISTED:
+        nearest = difflib.get_close_matches(name, choices, n=LISTED, cutoff=0.0)
+        return f"{label}, the {LISTED} nearest of {len(choices)}: {', '.join(nearest)}."
     return f"{label}: {', '.join(choices) if choices else '(none installed)'}."
 
 
