@@ -235,7 +235,7 @@ def test_plan_slots_prints_the_makespan(tmp_path):
         obj={},
     )
     assert result.exit_code == 0, result.output
-    assert "134 trainings" in result.output
+    assert "136 trainings" in result.output
     assert "makespan on gpu=8:" in result.output
     few = CliRunner().invoke(
         cli,

@@ -726,3 +726,22 @@ def test_cycled_data_trains_on_all_of_train_and_one_part_an_epoch(
         elif found := re.search(r"begin training epoch (\d+)", line):
             trained.append((int(found.group(1)), shard))
     assert trained == [(1, 0), (2, 1), (3, 2), (4, 0)]
+
+
+def test_training_data_without_pairs_is_a_clear_error(
+    corpora: dict[str, Path], vocabs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A filter that drops every pair leaves binarize an empty train split: the train step
+    names the data and the cause instead of fairseq's traceback. Fine-tuning on the valid
+    split (``--train-subset valid``) of such data is allowed."""
+    from mtcore.data.corpus import CorpusWriter
+
+    with CorpusWriter(tmp_path / "empty", ("en", "ja")):
+        pass
+    inputs = {"train": tmp_path / "empty", "valid": corpora["valid"], "spm": vocabs["spm_a"]}
+    BinarizeStep.from_dict({"src": "en", "tgt": "ja"}).run(make_ctx(tmp_path / "b", "b", **inputs))
+    with pytest.raises(DataError, match="has no train pairs"):
+        train(tmp_path / "t", {**MICRO, "max_update": 2}, tmp_path / "b" / "data")
+    on_valid = {**MICRO, "max_update": 2, "extra_args": ["--train-subset", "valid"]}
+    ctx = train(tmp_path / "v", on_valid, tmp_path / "b" / "data")
+    assert (ctx.work / "model" / "checkpoint.pt").exists()

@@ -100,6 +100,16 @@ class TrainStep(Step[TrainConfig]):
         data = ctx.inputs["data"]
         if data.type != "fairseq-data":
             raise DataError(f"{data.path} is not fairseq data (artifact type {data.type!r})")
+        given = list(self.config.extra_args)
+        subset = (
+            given[given.index("--train-subset") + 1] if "--train-subset" in given[:-1] else "train"
+        )
+        cycled = subset == "train" and any(data.meta.get("cycle_lines", []))
+        if data.meta.get("lines", {}).get(subset) == 0 and not cycled:
+            raise DataError(
+                f"{ctx.step_id}: the training data {data.path} has no {subset} pairs (its "
+                f"binarize step's {subset} input is empty: a step before it may drop all)"
+            )
         self._check_device()
         out = ctx.output("model")
         save_dir = out / "checkpoints"
