@@ -308,3 +308,73 @@ def test_the_documented_continuation_loads(write_recipe, tmp_path: Path) -> None
     assert kinds["m2m100_418m"] == "fetch_model" and kinds["train_enliv"] == "train"
     assert recipe.steps["bin_enliv"].plugin.config.oov == "rare"
     assert recipe.steps["bin_enliv"].plugin.config.tgt_token == "__et__"
+
+
+@pytest.mark.skipif(not LIVEN.is_dir(), reason=f"real data not found at {LIVEN}")
+def test_multilingual_pairs_keep_their_own_tokens_and_a_bt_tag_stays_one_piece(
+    models: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    write_recipe,
+) -> None:
+    """HW-TSC §5.3's multilingual Liv<->En: real Liv->En pairs (Livonian tagged __et__) are
+    joined in one training set by pairs of other languages (real En-Ja lines read as Ja->En
+    here), each with its own tokens, so the model still knows which language it reads and
+    writes. A tagged back-translation's <BT> (Caswell et al. 2019) is one dictionary entry (a
+    rare row, as Livonian's unknown pieces), not SentencePiece's pieces of "<BT>". An input
+    aux does not name, and aux with a recipe's own SentencePiece model, are refused."""
+    from fairseq.data import Dictionary, data_utils
+
+    en, liv = livonian(0, 120)
+    liv = [f"<BT> {line}" if i < 40 else line for i, line in enumerate(liv)]
+    files = {"train": (liv, en), "valid": livonian(120, 140)[::-1]}
+    doc = recipe(tmp_path, models["m2m100"])
+    for name, (src, tgt) in files.items():
+        pair = write_pairs(tmp_path, name, src, tgt)
+        doc["data"][name]["files"] = {"liv": pair["en"], "en": pair["ja"]}
+    aux = write_pairs(tmp_path, "aux", lines("train", "en", 60), lines("train", "ja", 60))
+    doc["data"]["aux_ja"] = {"source": "local", "files": aux}
+    doc["directions"] = ["liv-en"]
+    bin_step = doc["steps"]["bin"]
+    bin_step["inputs"]["aux_ja"] = "aux_ja"
+    bin_step.update(src="liv", tgt="en", src_token="__et__", oov="rare", tags=["<BT>"])
+    bin_step["aux"] = {"aux_ja": {"src": "ja", "tgt": "en"}}
+    doc["steps"] = {"bin": bin_step}
+    done = run(tmp_path, write_recipe, "w", doc)
+    assert done.exit_code == 0, done.output
+    data = step_dir(tmp_path / "w", "bin") / "data"
+    meta = json.loads((data / "artifact.json").read_text())
+    assert meta["lines"]["train"] == 180 and meta["language_tokens"]["src"] == "__et__"
+    dictionary = Dictionary.load(str(data / "dict.liv.txt"))
+    source = data_utils.load_indexed_dataset(str(data / "train.liv-en.liv"), dictionary)
+    target = data_utils.load_indexed_dataset(str(data / "train.liv-en.en"), dictionary)
+    first = [[dictionary[int(i)] for i in source[n][:2]] for n in range(len(source))]
+    heads = [(dictionary[int(source[n][0])], dictionary[int(target[n][0])]) for n in range(180)]
+    assert first[:40] == [["__et__", "<BT>"]] * 40  # one entry, after the language token
+    assert all(f[1] != "<BT>" for f in first[40:])
+    assert heads[:120] == [("__et__", "__en__")] * 120
+    assert heads[120:] == [("__ja__", "__en__")] * 60  # the aux pairs' own source token
+    tok = load_tokenizer(models["m2m100"])
+    assert "<BT>" not in tok.get_vocab() and dictionary.index("<BT>") != dictionary.unk()
+    ja = lines("train", "ja", 1)[0]
+    pieces = tok.sp_model.encode(ja, out_type=str)
+    assert [dictionary[int(i)] for i in source[120][1:-1]] == [
+        p if dictionary.index(p) != dictionary.unk() else "<unk>" for p in pieces
+    ][: len(source[120]) - 2]
+    # an input aux does not name; aux with a recipe's own SentencePiece model
+    wrong = json.loads(json.dumps(doc))
+    wrong["steps"]["bin"]["aux"] = {}
+    done = run(tmp_path, write_recipe, "u", wrong)
+    assert done.exit_code != 0 and "'aux_ja' is not an input of binarize" in done.output
+    wrong = json.loads(json.dumps(doc))
+    wrong["steps"]["bin"]["aux"] = {"train": {"src": "ja", "tgt": "en"}}
+    done = run(tmp_path, write_recipe, "r", wrong)
+    assert done.exit_code != 0 and "train is an input of binarize itself" in done.output
+    wrong = json.loads(json.dumps(doc))
+    wrong["steps"]["bin"]["oov"] = "unk"
+    done = run(tmp_path, write_recipe, "k", wrong)
+    assert done.exit_code != 0 and "tags need oov: rare" in done.output
+    config = {"src": "liv", "tgt": "en", "aux": {"aux_ja": {"src": "ja", "tgt": "en"}}}
+    with pytest.raises(DataError, match="aux needs a pretrained model as spm"):
+        BinarizeStep.from_dict(config).run(
+            make_ctx(tmp_path / "b", "binarize", train=data, valid=data, spm=data, aux_ja=data)
+        )

@@ -17,12 +17,23 @@ holds one fairseq data directory per part, ``cycle/<k>``: the whole ``train`` sp
 ``cycled``. A train step reading such data gives fairseq the directories as shards
 (``dir0:dir1:...``), and epoch e trains on part (e - 1) mod n. The shards' copies of the
 shared files are hard links where the filesystem allows them.
+
+``aux`` (with a pretrained model as ``spm``) adds further training inputs in other languages,
+each with its own language tokens, to ``train``: multilingual fine-tuning of one direction
+(HW-TSC §5.3: "regarding En -> Liv, we use additional data from Et -> Liv and Lv -> Liv, while
+for Liv -> En, we use data from Liv -> Et and Liv -> Lv"). The pairs go into ``train``'s files
+in the columns of ``src`` and ``tgt``; their tokens tell the model which language each is.
+``tags`` are tokens that stay one piece at the start of a source line (tagged
+back-translation's ``<BT>``, Caswell et al. 2019, which a pretrained model's SentencePiece
+would cut into ``▁<``, ``BT``, ``>``); ``oov: rare`` gives them a rare entry's row, as it does
+Livonian's unknown pieces.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import struct
 import sys
@@ -31,7 +42,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mtcore.api import (
     Artifact,
@@ -54,8 +65,10 @@ from mtcore_plugins.common.pretrained_init import (
     write_dictionary,
 )
 from mtcore_plugins.common.spm import load_spm
+from mtcore_plugins.common.tags import TOKEN_PATTERN
 
 SPLITS = ("train", "valid")
+ROLES = {"train": True, "valid": True, "spm": True, "dictionary": False, "cycled": False}
 CHUNK = 10_000
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
 
@@ -75,6 +88,23 @@ class SubwordSampling(BaseModel):
     )
     copies: int = Field(1, ge=1, le=100, description="sampled segmentations of each training pair")
     seed: int = Field(1, ge=0, le=2**31 - 1, description="seed of SentencePiece's sampler")
+
+
+class AuxPairs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    src: str = Field(
+        min_length=1, max_length=32, description="language of the input read as source"
+    )
+    tgt: str = Field(
+        min_length=1, max_length=32, description="language of the input read as target"
+    )
+    src_token: str | None = Field(
+        None, min_length=1, max_length=32, description="its source token (default: src's)"
+    )
+    tgt_token: str | None = Field(
+        None, min_length=1, max_length=32, description="its target token (default: tgt's)"
+    )
 
 
 class BinarizeConfig(PluginConfig):
@@ -102,6 +132,18 @@ class BinarizeConfig(PluginConfig):
         "dictionary lacks become <unk> (unk) or take over the rows of its rarest entries "
         "(rare; HW-TSC §3.3's OOV process for Livonian)",
     )
+    aux: dict[str, AuxPairs] = Field(
+        default_factory=dict,
+        description="with a pretrained model as spm: further training inputs by input role, "
+        "each {src, tgt, src_token, tgt_token}, added to train with their own language tokens "
+        "(HW-TSC §5.3's Et->Liv and Lv->Liv pairs beside En->Liv)",
+    )
+    tags: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="with a pretrained model as spm and oov: rare: tokens kept one piece where "
+        "a training source starts with them (a tagged back-translation's <BT>)",
+    )
     cycle_parts: int = Field(
         1,
         ge=1,
@@ -109,6 +151,19 @@ class BinarizeConfig(PluginConfig):
         description="parts the cycled input is cut into, one a training epoch beside all of "
         "train (Tran et al. 2021's sharding, Yishu §3.1); 1: no cycled input",
     )
+
+    @model_validator(mode="after")
+    def _roles(self) -> BinarizeConfig:
+        taken = sorted(set(self.aux) & set(ROLES))
+        if taken:
+            raise ValueError(f"aux: {', '.join(taken)} is an input of binarize itself; name "
+                             "the further inputs otherwise (aux_et, ...)")  # fmt: skip
+        for tag in self.tags:
+            if not re.fullmatch(TOKEN_PATTERN, tag):
+                raise ValueError(f"tags: {tag!r} is not one whitespace-free word")
+        if self.tags and self.oov != "rare":
+            raise ValueError("tags need oov: rare (under oov: unk every tag would be <unk>)")
+        return self
 
 
 class BinarizeStep(Step[BinarizeConfig]):
@@ -126,11 +181,8 @@ class BinarizeStep(Step[BinarizeConfig]):
 
     name = "binarize"
     inputs: ClassVar[dict[str, bool]] = {
-        "train": True,
-        "valid": True,
-        "spm": True,
-        "dictionary": False,
-        "cycled": False,
+        **ROLES,
+        "*": False,  # the aux inputs, each named in aux
     }
     outputs: ClassVar[tuple[str, ...]] = ("data",)
 
@@ -142,6 +194,7 @@ class BinarizeStep(Step[BinarizeConfig]):
                 f"{ctx.step_id}: a cycled input needs cycle_parts of 2 or more, and cycle_parts "
                 f"{parts} needs a cycled input"
             )
+        self._check_aux(ctx, spm)
         encoded = ctx.scratch("encoded")
         given = ctx.inputs.get("dictionary")
         extra: dict[str, Any] = {}
@@ -155,22 +208,31 @@ class BinarizeStep(Step[BinarizeConfig]):
             extra["language_tokens"] = {"src": processor.source, "tgt": processor.prefix[0]}
         else:
             c = self.config
-            if c.src_token or c.tgt_token or c.oov != "unk":
+            if c.src_token or c.tgt_token or c.oov != "unk" or c.tags:
                 raise DataError(
-                    f"{ctx.step_id}: src_token, tgt_token and oov are for a pretrained model as "
-                    f"spm; input spm ({spm.path}) is a {spm.meta.get('type')!r} artifact"
+                    f"{ctx.step_id}: src_token, tgt_token, oov and tags are for a pretrained "
+                    f"model as spm; input spm ({spm.path}) is a {spm.meta.get('type')!r} artifact"
                 )
             processor = load_spm(spm.path)
             fixed = None if given is None else self._dictionary(given.path)
         lines = {split: self._encode(ctx, split, processor, encoded) for split in SPLITS}
+        for role, aux in self.config.aux.items():
+            if role not in ctx.inputs:  # an ablated aux input
+                ctx.stats.add(f"binarize.aux_absent.{role}")
+                continue
+            tokens = self._pretrained(ctx, spm, False, aux)
+            count = self._encode(ctx, role, tokens, encoded, "train", (aux.src, aux.tgt))
+            ctx.stats.add(f"binarize.aux_lines.{role}", count)
+            lines["train"] += count
         cycled = [] if parts == 1 else self._cut(ctx, processor, encoded, parts)
         if cycled and fixed is None:  # one dictionary over train and every part
             fixed = self._cycle_dictionary(encoded, ctx.scratch("dictionary"), parts)
         if fixed is not None and "language_tokens" in extra and self.config.oov == "rare":
             langs = (self.config.src, self.config.tgt)
             reserved = frozenset(processor.tokenizer.all_special_tokens)
+            names = ["train", *(f"cycle{k}" for k in range(len(cycled)))]
             unknown, pairs = borrow_rare_rows(
-                fixed, [encoded / f"train.{lang}" for lang in langs], reserved
+                fixed, [encoded / f"{name}.{lang}" for name in names for lang in langs], reserved
             )
             ctx.stats.add("binarize.oov_pieces", unknown)
             ctx.stats.add("binarize.oov_rows_borrowed", len(pairs))
@@ -204,9 +266,33 @@ class BinarizeStep(Step[BinarizeConfig]):
             **extra,
         )
 
-    def _pretrained(self, ctx: StepContext, model: Artifact, dictionary: bool) -> LanguageTokens:
+    def _check_aux(self, ctx: StepContext, spm: Artifact) -> None:
+        """Every input beyond binarize's own is named in aux, and aux needs a pretrained
+        model's language tokens."""
+        extra = sorted(set(ctx.inputs) - set(ROLES) - set(self.config.aux))
+        if extra:
+            raise DataError(
+                f"{ctx.step_id}: input {', '.join(map(repr, extra))} is not an input of binarize "
+                f"({', '.join(ROLES)}) and not named in aux (aux: {{{extra[0]}: {{src: .., tgt: "
+                "..}}}} adds it to train)"
+            )
+        if self.config.aux and spm.meta.get("type") != PRETRAINED:
+            raise DataError(
+                f"{ctx.step_id}: aux needs a pretrained model as spm (its language tokens tell "
+                f"the languages apart); input spm ({spm.path}) is a {spm.meta.get('type')!r} "
+                "artifact: for a recipe's own model, concat the corpora (with a lang_tag "
+                "augmenter where the model must tell targets apart)"
+            )
+
+    def _pretrained(
+        self, ctx: StepContext, model: Artifact, dictionary: bool, aux: AuxPairs | None = None
+    ) -> LanguageTokens:
         c = self.config
         where = f"{ctx.step_id}: input spm ({model.path})"
+        if aux is not None:
+            tokens = language_tokens(model, aux.src, aux.tgt, aux.src_token, aux.tgt_token, where)
+            return LanguageTokens(load_tokenizer(model.path), tokens["src"], [tokens["tgt"]],
+                                  frozenset())  # fmt: skip
         if dictionary:
             raise DataError(f"{where} is a pretrained model, whose dictionary is fixed: leave "
                             "the dictionary input unconnected")  # fmt: skip
@@ -217,23 +303,40 @@ class BinarizeStep(Step[BinarizeConfig]):
         tok = load_tokenizer(model.path)
         return LanguageTokens(tok, tokens["src"], [tokens["tgt"]], frozenset())
 
-    def _encode(self, ctx: StepContext, split: str, processor: Any, encoded: Path) -> int:
+    def _encode(
+        self,
+        ctx: StepContext,
+        split: str,
+        processor: Any,
+        encoded: Path,
+        into: str | None = None,
+        langs: tuple[str, str] | None = None,
+    ) -> int:
+        """Input ``split`` encoded into ``encoded/<into>.<lang>`` (appended when ``into`` is
+        another split: aux pairs join train), its ``langs`` columns as src and tgt."""
+        c = self.config
         corpus = Corpus.open(ctx.inputs[split].path)
-        columns = [self._column(corpus, lang, split) for lang in (self.config.src, self.config.tgt)]
-        sampling = self.config.src_sampling if split in ("train", "cycled") else None
+        columns = [self._column(corpus, lang, split) for lang in langs or (c.src, c.tgt)]
+        sampling = c.src_sampling if split in ("train", "cycled") else None
         copies = 1 if sampling is None else sampling.copies
+        tags = frozenset(c.tags) if split != "valid" else frozenset()
         count = 0
         with ExitStack() as stack:
             handles = [
                 stack.enter_context(
-                    open(encoded / f"{split}.{lang}", "w", encoding="utf-8", newline="\n")
+                    open(
+                        encoded / f"{into or split}.{lang}",
+                        "a" if into else "w",
+                        encoding="utf-8",
+                        newline="\n",
+                    )
                 )
-                for lang in (self.config.src, self.config.tgt)
+                for lang in (c.src, c.tgt)
             ]
             for number, chunk in enumerate(batched(corpus, CHUNK)):
                 src, tgt = ([pair[column] for pair in chunk] for column in columns)
                 if isinstance(processor, LanguageTokens):  # a pretrained model's, tagged
-                    src_tagged = [[processor.source, *p] for p in processor.pieces(src)]
+                    src_tagged = [[processor.source, *p] for p in _tagged(processor, src, tags)]
                     tgt_pieces = [[processor.prefix[0], *p] for p in processor.pieces(tgt)]
                 else:
                     tgt_pieces = processor.encode(tgt, out_type=str)
@@ -368,6 +471,20 @@ class BinarizeStep(Step[BinarizeConfig]):
         if dictionary is not None:  # with --joined-dictionary it serves both sides
             cmd += ["--srcdict", str(dictionary)]
         run_logged(cmd, out / "binarize.log", "fairseq-preprocess", warm=True)
+
+
+def _tagged(processor: LanguageTokens, lines: list[str], tags: frozenset[str]) -> list[list[str]]:
+    """The pieces of each line, a leading word in ``tags`` kept whole."""
+    if not tags:
+        return processor.pieces(lines)
+    heads: list[list[str]] = []
+    rests: list[str] = []
+    for line in lines:
+        word, _, rest = line.partition(" ")
+        tagged = word in tags
+        heads.append([word] if tagged else [])
+        rests.append(rest if tagged else line)
+    return [head + pieces for head, pieces in zip(heads, processor.pieces(rests), strict=True)]
 
 
 def _link(source: Path, link: Path) -> None:
