@@ -378,3 +378,42 @@ def test_multilingual_pairs_keep_their_own_tokens_and_a_bt_tag_stays_one_piece(
         BinarizeStep.from_dict(config).run(
             make_ctx(tmp_path / "b", "binarize", train=data, valid=data, spm=data, aux_ja=data)
         )
+
+
+def test_an_ensemble_of_continued_models_decodes_with_fairseq_as_one_does_with_ctranslate2(
+    models: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    write_recipe,
+) -> None:
+    """HW-TSC §5.3's submission ensembles four continued M2M-100 models; CTranslate2 decodes one
+    model, so an ensemble of continued models decodes with fairseq: the tokenizer's pieces
+    after the source token, the target token forced first. Two copies of one model average to
+    that model, so the fairseq ensemble writes what CTranslate2 writes for the model alone, on
+    real test lines (one empty). Members trained with other language tokens are refused."""
+    doc = recipe(tmp_path, models["m2m100"], lr=1e-12)
+    doc["steps"]["ens"] = {
+        **doc["steps"]["tr"],
+        "inputs": {"model": "cont", "model2": "cont", "corpus": "test"},
+    }
+    done = run(tmp_path, write_recipe, "w", doc)
+    assert done.exit_code == 0, done.output
+    work = tmp_path / "w"
+    single, ensemble = output(work, "tr"), output(work, "ens")
+    assert ensemble == single and ensemble[5] == "" and sum(1 for h in single if h) == 11
+    backends = {
+        step: json.loads((step_dir(work, step) / "manifest.json").read_text())["metrics"]["backend"]
+        for step in ("tr", "ens")
+    }
+    assert backends == {"tr": "ctranslate2", "ens": "fairseq"}
+    doc["steps"]["ens"]["backend"] = "ctranslate2"
+    done = run(tmp_path, write_recipe, "w", doc)
+    assert done.exit_code != 0 and "backend ctranslate2 cannot decode: an ensemble" in done.output
+    other = recipe(tmp_path, models["m2m100"], lr=1e-12)
+    other["steps"]["bin2"] = {**other["steps"]["bin"], "tgt_token": "__ko__"}
+    other["steps"]["cont2"] = {**other["steps"]["cont"], "inputs": {"data": "bin2", "init": "m2m"}}
+    other["steps"]["ens"] = {
+        **other["steps"]["tr"],
+        "inputs": {"model": "cont", "model2": "cont2", "corpus": "test"},
+    }
+    done = run(tmp_path, write_recipe, "o", other)
+    assert done.exit_code != 0 and "an ensemble reads one tokenization" in done.output

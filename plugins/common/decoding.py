@@ -113,7 +113,7 @@ def load_ensemble(
     src: str,
     tgt: str,
     members: dict[str, Artifact],
-    spm: Path,
+    spm: Path | None,
     plugins: Sequence[str],
     weights: dict[str, float],
     step_id: str,
@@ -122,11 +122,12 @@ def load_ensemble(
 ) -> Ensemble:
     """The checked, loaded, weighted ensemble of ``members`` (role -> model artifact), on the
     GPU when ``device`` is cuda, or auto and torch sees one (a Ray worker placed with
-    ``gpus_per_worker``), else on the CPU."""
+    ``gpus_per_worker``), else on the CPU. ``spm`` None: models continued from a pretrained
+    model, whose text the caller segments with their tokenizer."""
     with importing_fairseq():
         from fairseq import checkpoint_utils, utils
 
-    direction = check_members(src, tgt, weights, step_id, members)
+    direction = check_members(src, tgt, weights, step_id, members, spm is None)
     # Unregistered architectures make fairseq fail later with a misleading IndexError.
     names = [*plugins, *(n for m in members.values() for n in m.meta.get("models", []))]
     register_models(list(dict.fromkeys(names)), registry)
@@ -146,7 +147,7 @@ def load_ensemble(
         models,
         task.source_dictionary,
         task.target_dictionary,
-        load_spm(spm),
+        None if spm is None else load_spm(spm),
         direction,
         limits[0] if limits else None,
         limits[1] if limits else None,
@@ -254,19 +255,27 @@ class Translator:
     """Loaded checkpoints (one, or an ensemble) with their dictionaries, SentencePiece model
     and search (beam search, or sampling with ``config.sampling``). ``ctx`` is the step's
     context or a :class:`DecodeJob`: its model and ``spm`` inputs are read, its ``stats``
-    count empty and truncated inputs."""
+    count empty and truncated inputs.
 
-    def __init__(self, config: Any, ctx: Any) -> None:
+    ``tags``: the members were continued from a pretrained M2M-100/NLLB model (one tokenizer
+    and language tokens, :class:`~mtcore_plugins.common.pretrained_init.LanguageTokens`): each
+    source is the tokenizer's pieces after the source token, and the target token is every
+    hypothesis's forced first token (fairseq's ``prefix_tokens``), as M2M-100's own decoding
+    (``--decoder-langtok``) does. CTranslate2 decodes such a model alone; an ensemble of them
+    decodes here."""
+
+    def __init__(self, config: Any, ctx: Any, tags: Any = None) -> None:
         with importing_fairseq():
             from fairseq import search
             from fairseq.sequence_generator import SequenceGenerator
 
         members = {role: ctx.inputs[role] for role in MODEL_ROLES if role in ctx.inputs}
+        self.tags = tags
         loaded = load_ensemble(
             config.src,
             config.tgt,
             members,
-            ctx.inputs["spm"].path,
+            None if tags is not None else ctx.inputs["spm"].path,
             config.models,
             config.weights,
             ctx.step_id,
@@ -279,6 +288,8 @@ class Translator:
         self.max_source = loaded.max_source
         self.device = loaded.device
         sampling = getattr(config, "sampling", False)
+        # the forced target token is not counted in the output cap (CTranslate2's prefix is not)
+        extra = 0 if tags is None else len(tags.prefix)
         strategy = None
         if sampling:
             strategy = search.Sampling(self.tgt_dict, config.sampling_topk, config.sampling_topp)
@@ -288,12 +299,12 @@ class Translator:
             beam_size=self.beam_size,
             len_penalty=config.lenpen,
             max_len_a=config.max_len_a,
-            max_len_b=config.max_len_b,
+            max_len_b=config.max_len_b + extra,
             temperature=getattr(config, "temperature", 1.0),
             search_strategy=strategy,
             no_repeat_ngram_size=getattr(config, "no_repeat_ngram_size", 0),
         )
-        limit_rows(self.generator, config.max_len_a, config.max_len_b)
+        limit_rows(self.generator, config.max_len_a, config.max_len_b + extra)
         block_repeats_by_step(self.generator)
 
     @property
@@ -323,7 +334,11 @@ class Translator:
 
     def batches(self, lines: list[str]) -> Iterator[tuple[list[int], list[Any]]]:
         """(indices, source token tensors) batches of the non-empty lines, by length."""
-        tokens = [self._encode(pieces) for pieces in self.spm.encode(lines, out_type=str)]
+        if self.tags is not None:
+            encoded = self.tags.encode(lines)
+        else:
+            encoded = self.spm.encode(lines, out_type=str)
+        tokens = [self._encode(pieces) for pieces in encoded]
         order = sorted(
             (i for i in range(len(lines)) if len(tokens[i]) > 1), key=lambda i: (len(tokens[i]), i)
         )
@@ -369,16 +384,23 @@ class Translator:
                 "src_lengths": torch.tensor([len(s) for s in sources]),
             }
         }
+        prefix = None
+        if self.tags is not None:  # the target language token first, as the data's targets
+            token = self.tgt_dict.index(self.tags.prefix[0])
+            prefix = torch.full((len(sources), 1), token, dtype=torch.long)
         if self.device != "cpu":
             sample = {"net_input": {k: v.to(self.device) for k, v in sample["net_input"].items()}}
+            prefix = None if prefix is None else prefix.to(self.device)
         with torch.inference_mode():
-            return list(self.generator.generate(self.models, sample))
+            return list(self.generator.generate(self.models, sample, prefix_tokens=prefix))
 
     def _generate(self, sources: list[Any]) -> list[str]:
         return [self._decode(h[0]["tokens"]) if h else "" for h in self._search(sources)]
 
     def _decode(self, tokens: Any) -> str:
         pieces = self.tgt_dict.string(tokens.int().cpu()).split()
+        if self.tags is not None:  # drops the language token
+            return str(self.tags.decode(pieces))
         if self.direction == "r2l":  # the model wrote the sentence last piece first
             pieces.reverse()
         return str(self.spm.decode_pieces(pieces))

@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mtcore.api import (
+    HASHED_WHEN_SET,
     Artifact,
     Corpus,
     DataError,
@@ -133,13 +134,15 @@ class BinarizeConfig(PluginConfig):
         "(rare; HW-TSC §3.3's OOV process for Livonian)",
     )
     aux: dict[str, AuxPairs] = Field(
-        default_factory=dict,
+        {},
+        json_schema_extra=HASHED_WHEN_SET,
         description="with a pretrained model as spm: further training inputs by input role, "
         "each {src, tgt, src_token, tgt_token}, added to train with their own language tokens "
         "(HW-TSC §5.3's Et->Liv and Lv->Liv pairs beside En->Liv)",
     )
     tags: list[str] = Field(
-        default_factory=list,
+        [],
+        json_schema_extra=HASHED_WHEN_SET,
         max_length=16,
         description="with a pretrained model as spm and oov: rare: tokens kept one piece where "
         "a training source starts with them (a tagged back-translation's <BT>)",

@@ -242,8 +242,10 @@ def tagged(members: dict[str, Artifact]) -> bool:
 
 
 def tagged_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepContext) -> str:
-    """The CTranslate2 model of a continued M2M-100/NLLB model, which decodes with CTranslate2
-    whatever ``backend`` says (its language tokens are CTranslate2's prefix)."""
+    """The CTranslate2 model of a continued M2M-100/NLLB model (its language tokens are
+    CTranslate2's prefix), or "" for fairseq where CTranslate2 cannot run it (an ensemble:
+    HW-TSC §5.3's four Liv models) and ``backend`` is not ctranslate2. Every member must
+    have been trained with the same language tokens."""
     from mtcore_plugins.common.ct2_convert import converted
     from mtcore_plugins.common.ct2_decoding import obstacles
 
@@ -255,12 +257,24 @@ def tagged_model(config: TranslateConfig, members: dict[str, Artifact], ctx: Ste
                 f"{ctx.step_id}: {side}_token {given!r}, but input model {model.path} was "
                 f"trained with {tokens[side]!r} for {getattr(config, side)!r}"
             )
+    for role, member in members.items():
+        if member.meta.get("language_tokens") != tokens:
+            raise DataError(
+                f"{ctx.step_id}: input {role} ({member.path}) was trained with language "
+                f"tokens {member.meta.get('language_tokens')}, input model with {tokens}: an "
+                "ensemble reads one tokenization"
+            )
     reasons = obstacles(config, members, ctx.registry)
     if reasons:
-        raise DataError(
-            f"{ctx.step_id}: input model {model.path} was continued from a pretrained "
-            f"model and decodes with CTranslate2, which cannot run this: {'; '.join(reasons)}"
-        )
+        why = "; ".join(reasons)
+        if config.backend == "ctranslate2":
+            raise DataError(
+                f"{ctx.step_id}: input model {model.path} was continued from a pretrained "
+                f"model; backend ctranslate2 cannot decode: {why}"
+            )
+        ctx.log.info("%s: decodes with fairseq: %s", ctx.step_id, why)
+        ctx.metrics["backend"] = "fairseq"
+        return ""
     ctx.metrics["backend"] = "ctranslate2"
     return str(converted(model, config.src, config.tgt, config.models, ctx.registry))
 
@@ -299,6 +313,8 @@ def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult
         if tagged(job.inputs):
             model = job.inputs["model"]
             tags = LanguageTokens.load(model.path, model.meta)
+            if not ct2:  # an ensemble
+                return Translator(config, job, tags)
             return Ct2Translator(config, job, Path(ct2), threads, tags)
         return Ct2Translator(config, job, Path(ct2), threads) if ct2 else Translator(config, job)
 
