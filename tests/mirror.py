@@ -38,6 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RECIPES = ("nt5", "yishu", "xiaomi", "hwtsc")
 LINES = 300
+LOCALES = Path("/usr/share/locale")
+UNALIGNED = {frozenset({"et", "liv"}), frozenset({"liv", "lv"})}
+"""Pairs no file here holds (liv4ever's Et-Liv and Liv-Lv, HW-TSC §5.3): their replicas pair
+real text of each language (WMT22's Livonian, gettext's Estonian and Latvian) line by line,
+not translations of each other; the rehearsal runs the graph, it scores nothing."""
 MANIFEST = "mirror.json"
 
 
@@ -104,11 +109,32 @@ def _wmt_pairs(a: str, b: str) -> list[tuple[str, str]] | None:
 
 
 def _mono(lang: str) -> list[str]:
-    """A WMT source in ``lang``, else a reference (WMT22 has no Croatian source text)."""
+    """A WMT source in ``lang``, else a reference (WMT22 has no Croatian source text), else
+    the translations of the system's gettext catalogs (Estonian, Latvian: no WMT set here)."""
     for pattern in (f"*.src.{lang}", f"*.ref.A.{lang}"):
         for path in sorted(DATA.glob(f"*/wmt-conference+*/txt/*/{pattern}")):
             return _read(path)
-    raise LookupError(f"no {lang} text in {DATA}")
+    found = _catalog_text(lang)
+    if not found:
+        raise LookupError(f"no {lang} text in {DATA} or {LOCALES}")
+    return found
+
+
+def _catalog_text(lang: str) -> list[str]:
+    """The one-line, non-plural translations of ``lang``'s gettext catalogs, in file order."""
+    from mtcore_plugins.sources.gettext import BadCatalog, parse_mo
+
+    found: list[str] = []
+    for path in sorted((LOCALES / lang / "LC_MESSAGES").glob("*.mo")):
+        try:
+            entries = parse_mo(path.read_bytes())
+        except BadCatalog:
+            continue
+        for msgid, msgstr in entries:
+            text = msgstr.decode("utf-8", "replace")
+            if msgid and b"\x00" not in msgid and "\n" not in text and text.strip():
+                found.append(text.replace("\t", " "))
+    return found
 
 
 def real_rows(langs: tuple[str, ...], name: str, lines: int = LINES) -> list[tuple[str, ...]]:
@@ -116,6 +142,8 @@ def real_rows(langs: tuple[str, ...], name: str, lines: int = LINES) -> list[tup
     ``name`` so that two entries do not repeat each other."""
     if len(langs) == 1:
         rows: list[tuple[str, ...]] = [(line,) for line in _mono(langs[0])]
+    elif frozenset(langs) in UNALIGNED:
+        rows = list(zip(_mono(langs[0]), _mono(langs[1]), strict=False))
     else:
         pairs = _wmt_pairs(langs[0], langs[1])
         if pairs is None:

@@ -163,7 +163,7 @@ def test_the_core_finds_a_role_by_class_metadata_not_by_name(site: Path) -> None
 
 
 def test_an_unknown_name_among_hundreds_lists_the_nearest_not_all() -> None:
-    """A recipe of 529 steps: an unknown reference names the nearest few, not every step."""
+    """A recipe of 601 steps: an unknown reference names the nearest few, not every step."""
     from mtcore.contracts.registry import LISTED, suggest
 
     steps = [f"train_{i}_enzh" for i in range(500)] + ["mono_uk", "mono_en"]
