@@ -363,8 +363,11 @@ def test_multilingual_pairs_keep_their_own_tokens_and_a_bt_tag_stays_one_piece(
     # an input aux does not name; aux with a recipe's own SentencePiece model
     wrong = json.loads(json.dumps(doc))
     wrong["steps"]["bin"]["aux"] = {}
-    done = run(tmp_path, write_recipe, "u", wrong)
-    assert done.exit_code != 0 and "'aux_ja' is not an input of binarize" in done.output
+    done = run(tmp_path, write_recipe, "u", wrong)  # at validation, before any step runs
+    assert done.exit_code != 0
+    assert "steps.bin.inputs.aux_ja: step kind 'binarize' has no input" in done.output
+    assert "'aux_ja' with these settings (valid: cycled, dictionary, spm, train" in done.output
+    assert not (tmp_path / "u" / "steps").exists()
     wrong = json.loads(json.dumps(doc))
     wrong["steps"]["bin"]["aux"] = {"train": {"src": "ja", "tgt": "en"}}
     done = run(tmp_path, write_recipe, "r", wrong)

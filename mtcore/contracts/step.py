@@ -186,6 +186,12 @@ class Step(Plugin[ConfigT]):
         """The settings that define the output, for the step's hash."""
         return identity_dict(self.config, registry)
 
+    def accepted_inputs(self) -> frozenset[str] | None:
+        """The input roles this configured step takes, where its settings name them (binarize's
+        ``aux``): a role outside them is a problem at validation. None (the default): the roles
+        of ``inputs``, any role where it has ``"*"``."""
+        return None
+
     def written_outputs(self) -> tuple[str, ...]:
         """The outputs this configured step writes: by default all of ``outputs``; a step whose
         settings leave some unwritten (select_models' ``top``) names the others, so a reference

@@ -363,6 +363,13 @@ def _recipe_step(
     if plugin is None:
         return None
     assert isinstance(plugin, Step)
+    accepted = plugin.accepted_inputs()
+    for role in inputs:
+        if accepted is not None and role not in accepted:
+            problems.append(
+                f"{loc}.inputs.{role}: step kind {kind!r} has no input {role!r} with these "
+                f"settings (valid: {', '.join(sorted(accepted))})"
+            )
     own = plugin.check(registry)
     for where, message in own:
         problems.append(f"{loc}.{where}: {message}" if where else f"{loc}: {message}")

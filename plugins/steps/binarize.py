@@ -269,6 +269,10 @@ class BinarizeStep(Step[BinarizeConfig]):
             **extra,
         )
 
+    def accepted_inputs(self) -> frozenset[str]:
+        """Binarize's own inputs and those ``aux`` names."""
+        return frozenset(ROLES) | frozenset(self.config.aux)
+
     def _check_aux(self, ctx: StepContext, spm: Artifact) -> None:
         """Every input beyond binarize's own is named in aux, and aux needs a pretrained
         model's language tokens."""
