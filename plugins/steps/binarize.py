@@ -294,19 +294,17 @@ class BinarizeStep(Step[BinarizeConfig]):
     def _pretrained(
         self, ctx: StepContext, model: Artifact, dictionary: bool, aux: AuxPairs | None = None
     ) -> LanguageTokens:
+        """The tokens of src and tgt (of ``aux``'s languages, given an aux input)."""
         c = self.config
         where = f"{ctx.step_id}: input spm ({model.path})"
-        if aux is not None:
-            tokens = language_tokens(model, aux.src, aux.tgt, aux.src_token, aux.tgt_token, where)
-            return LanguageTokens(load_tokenizer(model.path), tokens["src"], [tokens["tgt"]],
-                                  frozenset())  # fmt: skip
         if dictionary:
             raise DataError(f"{where} is a pretrained model, whose dictionary is fixed: leave "
                             "the dictionary input unconnected")  # fmt: skip
         if c.src_sampling is not None:
             raise DataError(f"{where} is a pretrained model: src_sampling is for a recipe's own "
                             "SentencePiece model")  # fmt: skip
-        tokens = language_tokens(model, c.src, c.tgt, c.src_token, c.tgt_token, where)
+        pair: AuxPairs | BinarizeConfig = c if aux is None else aux
+        tokens = language_tokens(model, pair.src, pair.tgt, pair.src_token, pair.tgt_token, where)
         tok = load_tokenizer(model.path)
         return LanguageTokens(tok, tokens["src"], [tokens["tgt"]], frozenset())
 
