@@ -178,6 +178,13 @@ def verify(
     default=None,
     help="Target tokens/s of one GPU instead of the --gpu kind's estimate.",
 )
+@click.option(
+    "--scaling",
+    default=None,
+    metavar="node=E,cluster=E,gpus_per_node=N",
+    help="Data-parallel efficiency per doubling of a training's GPUs within a node and across "
+    "nodes, and GPUs a node (with --slots; default node=0.97,cluster=0.95,gpus_per_node=8).",
+)
 def plan(
     recipe: Path,
     profile: str | None,
@@ -186,9 +193,11 @@ def plan(
     slots: str | None,
     gpu_kind: str,
     tokens_per_second: float | None,
+    scaling: str | None,
 ) -> None:
     """Show the steps in order, their dependencies and whether their output is cached; with
-    --slots, the schedule's makespan from per-step cost estimates."""
+    --slots, the schedule's makespan from per-step cost estimates, trainings given a GPU range
+    at the widths the planner chooses."""
     from mtcore.run.runner import Runner
 
     registry, loaded, _ = _load(recipe, profile, sets)
@@ -198,7 +207,10 @@ def plan(
         from mtcore.run.plan_cost import print_schedule
 
         tps = tokens_per_second or GPU_KINDS[gpu_kind]
-        print_schedule(runner, rows, slots, tps, f"{tokens_per_second or gpu_kind}")
+        from mtcore.run.schedule import Scaling
+
+        model = Scaling.parse(scaling) if scaling else Scaling()
+        print_schedule(runner, rows, slots, tps, f"{tokens_per_second or gpu_kind}", model)
         return
     width = max((len(p.id) for p, _ in rows), default=0)
     kind_width = max((len(p.spec.kind) for p, _ in rows), default=0)

@@ -35,7 +35,7 @@ from mtcore.run.jobs import (
     write_spec,
 )
 from mtcore.run.resources import Resources, step_resources
-from mtcore.run.schedule import CostModel, fitted, remaining_paths
+from mtcore.run.schedule import CostModel, choose_widths, fitted, remaining_paths
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
@@ -142,6 +142,15 @@ class Driver:
             self.needs = {p.id: step_needs(runner, p) for p in self.plan}
             check_fit(self.needs, place, self.slots, f"{scheduler.name} scheduler")
             costs = CostModel.from_workdir(runner.workdir, self.plan)
+            if self.slots.gpus and any(n.moldable for n in self.needs.values()):
+                # trainings given a GPU range run at the widths CPA chooses for these GPUs
+                at_1 = {
+                    p.id: costs.seconds(p, n.at_width(1) if n.moldable else n)
+                    for p in self.plan
+                    for n in (self.needs[p.id],)
+                }
+                widest = Resources(self.most.cpus, min(place.gpus, self.slots.gpus))
+                self.needs = choose_widths(self.plan, at_1, self.needs, widest)
             self.cost = {p.id: costs.seconds(p, self.needs[p.id]) for p in self.plan}
             self.priority = remaining_paths(self.plan, self.cost)
             if runner.display:

@@ -11,24 +11,41 @@ import click
 from mtcore.recipe.plan import PlannedStep
 from mtcore.run.driver import check_fit, step_needs
 from mtcore.run.resources import Resources, parse_slots
-from mtcore.run.schedule import CostModel, duration, fitted, simulate
+from mtcore.run.schedule import CostModel, Scaling, duration, fitted, lower_bound, mold, simulate
 
 if TYPE_CHECKING:
     from mtcore.run.runner import Runner
 
 
 def print_schedule(
-    runner: Runner, rows: list[tuple[PlannedStep, bool]], slots: str, tps: float, kind: str
+    runner: Runner,
+    rows: list[tuple[PlannedStep, bool]],
+    slots: str,
+    tps: float,
+    kind: str,
+    scaling: Scaling | None = None,
 ) -> None:
+    """Prints the makespan of the list schedule on ``slots``, moldable trainings at the widths
+    :func:`mtcore.run.schedule.choose_widths` picks, beside a lower bound on any schedule's."""
+    scaling = scaling or Scaling()
     caps = parse_slots(slots)
     # CPUs left out: as many as the steps ask (a cluster's CPUs rarely bound a GPU graph)
     capacity = Resources(cpus=caps.get("cpu", 10**6), gpus=caps.get("gpu", 0))
     plan = [p for p, _ in rows]
-    needs = {p.id: step_needs(runner, p) for p in plan}
-    check_fit(needs, capacity, capacity, f"--slots {slots}")
+    asked = {p.id: step_needs(runner, p) for p in plan}
+    check_fit(asked, capacity, capacity, f"--slots {slots}")
     model = CostModel.from_workdir(runner.workdir, plan, gpu_tps=tps)
-    cost = {p.id: 0.0 if cached else model.seconds(p, needs[p.id]) for p, cached in rows}
+    # a moldable training's seconds on one GPU; any other step's at what it asks
+    cost_at_1 = {
+        p.id: 0.0
+        if cached
+        else model.seconds(p, asked[p.id].at_width(1) if asked[p.id].moldable else asked[p.id])
+        for p, cached in rows
+    }
+    molded = mold(plan, cost_at_1, asked, capacity, scaling)
+    needs, cost = molded.needs, molded.cost
     result = simulate(plan, cost, needs, capacity)
+    bound = lower_bound(plan, cost_at_1, asked, capacity, scaling)
     trainings = [p for p in plan if p.spec.plugin.work().get("tokens")]
     tokens = sum(p.spec.plugin.work()["tokens"] for p in trainings)
     gpu_seconds = sum(cost[p.id] * fitted(needs[p.id], capacity).gpus for p in plan)
@@ -44,19 +61,36 @@ def print_schedule(
         f"seconds for {len(model.measured)} steps of the workdir"
     )
     click.echo(f"  critical path: {duration(result.critical_path)}")
-    click.echo(f"  all steps one after another: {duration(result.busy)}")
+    click.echo(
+        f"  all steps one after another (at their lowest width): "
+        f"{duration(sum(cost_at_1.values()))}"
+    )
     used = (
         f"; GPUs busy {gpu_seconds / (result.makespan * capacity.gpus):.0%}"
         if (capacity.gpus and result.makespan)
         else ""
     )
     click.echo(f"  makespan on {slots}: {duration(result.makespan)}{used}")
-    longest = sorted(plan, key=lambda p: -cost[p.id])[:5]
+    moldable = [p for p in plan if asked[p.id].moldable]
+    if moldable and capacity.gpus:
+        click.echo(
+            f"  widths: {len(moldable)} trainings with a GPU range, chosen by CPA (scaling per "
+            f"doubling {scaling.node:g} within a node, {scaling.cluster:g} across nodes of "
+            f"{scaling.gpus_per_node} GPUs)"
+        )
+    ratio = f" (makespan / bound {result.makespan / bound.seconds:.2f})" if bound.seconds else ""
+    click.echo(
+        f"  lower bound: {duration(bound.seconds)}{ratio}: GPU time at width 1 over "
+        f"{capacity.gpus or '-'} GPUs {duration(bound.area)}, critical path at the widest "
+        f"widths {duration(bound.critical_path)}"
+    )
+    longest = sorted(plan, key=lambda p: -cost_at_1[p.id] * max(1, asked[p.id].gpus))[:5]
     for planned in longest:
         if cost[planned.id] <= 0:
             break
         need = fitted(needs[planned.id], capacity)
+        chosen = f" (of {asked[planned.id].describe()})" if asked[planned.id].moldable else ""
         click.echo(
-            f"    {planned.id}: {duration(cost[planned.id])} on {need.describe()}, starts at "
-            f"{duration(result.starts.get(planned.id, 0.0))}"
+            f"    {planned.id}: {duration(cost[planned.id])} on {need.describe()}{chosen}, "
+            f"starts at {duration(result.starts.get(planned.id, 0.0))}"
         )

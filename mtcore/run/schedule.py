@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from mtcore.contracts.errors import MtcoreError
 from mtcore.recipe.plan import PlannedStep, step_dir
 from mtcore.run.cache import MANIFEST
 from mtcore.run.resources import Resources
@@ -160,3 +163,266 @@ def duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
     return f"{seconds:.0f} s"
+
+
+# Data-parallel efficiency per doubling of a training's width (its time at 2w GPUs over half
+# its time at w). Megatron-LM (Shoeybi et al. 2019, arXiv:1909.08053, abstract and §5.1)
+# sustains 76 % of linear scaling from one V100 to 512 (32 DGX-2H nodes): nine doublings,
+# 0.76 ** (1 / 9) = 0.970 each, which is the default within a node (NVLink). Across nodes the
+# all-reduce leaves NVLink for the network: NCCL's ring all-reduce moves 2 (n - 1) / n of the
+# gradients over the slowest link (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"), so the
+# default there is lower, 0.95 a doubling, a conservative reading of the same figure (not a
+# measurement). Ott et al. 2018 ("Scaling Neural Machine Translation", WMT, §3-4) train
+# fairseq's Transformer-big on 16 machines of 8 V100s (128 GPUs) with gradients all-reduced
+# while the backward pass runs, the setup a training here runs in; they report times to a
+# BLEU, not throughput, so no per-doubling figure is taken from them.
+NODE_EFFICIENCY = 0.97
+CLUSTER_EFFICIENCY = 0.95
+GPUS_PER_NODE = 8
+REFINE = 60  # simulations in choose_widths' second phase
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How a data-parallel training's time falls with its width: ``node`` is the efficiency of
+    one doubling of GPUs within a machine, ``cluster`` of one doubling across machines (of
+    ``gpus_per_node`` GPUs each)."""
+
+    node: float = NODE_EFFICIENCY
+    cluster: float = CLUSTER_EFFICIENCY
+    gpus_per_node: int = GPUS_PER_NODE
+
+    @classmethod
+    def parse(cls, text: str) -> Scaling:
+        """``node=0.95,cluster=0.9,gpus_per_node=8`` (any may be left out)."""
+        values: dict[str, Any] = {}
+        for part in text.split(","):
+            key, sep, value = part.strip().partition("=")
+            try:
+                if key in ("node", "cluster") and sep and 0 < float(value) <= 1:
+                    values[key] = float(value)
+                    continue
+                if key == "gpus_per_node" and sep and int(value) >= 1:
+                    values[key] = int(value)
+                    continue
+            except ValueError:
+                pass
+            raise MtcoreError(
+                f"--scaling {text!r}: {part.strip()!r} is not node=E, cluster=E (0 < E <= 1) "
+                "or gpus_per_node=N (e.g. --scaling node=0.95,cluster=0.9)"
+            )
+        return cls(**values)
+
+    def efficiency(self, width: int) -> float:
+        """Speed at ``width`` GPUs over ``width`` times the speed at one."""
+        inside = min(width, self.gpus_per_node)
+        across = max(1.0, width / self.gpus_per_node)
+        return float(self.node ** math.log2(inside) * self.cluster ** math.log2(across))
+
+    def seconds(self, seconds_at_1: float, width: int) -> float:
+        """A training's seconds at ``width`` GPUs from its seconds on one."""
+        return seconds_at_1 / (width * self.efficiency(width))
+
+
+def valid_widths(
+    need: Resources, batches: float | None, capacity_gpus: int, scaling: Scaling
+) -> list[int]:
+    """The widths a moldable training may run at, narrowest first: within its range and the
+    GPUs there are, dividing its batches of an update (each rank accumulates the same number),
+    and across machines only whole machines. A training without ``batches`` (no
+    ``batch_tokens``) or with a fixed width has only its own."""
+    if not need.moldable or not batches:
+        return [need.gpus]
+    per_node = scaling.gpus_per_node
+    out = [
+        w
+        for w in range(need.gpus, min(need.gpus_max, capacity_gpus) + 1)
+        if int(batches) % w == 0 and (w <= per_node or w % per_node == 0)
+    ]
+    return out or [need.gpus]
+
+
+def _longest(
+    plan: list[PlannedStep], children: dict[str, list[str]], cost: dict[str, float]
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The critical path's length, each step's longest path from a start to its own start, and
+    from its start to an end."""
+    bottom: dict[str, float] = {}
+    for planned in reversed(plan):
+        bottom[planned.id] = cost[planned.id] + max(
+            (bottom[c] for c in children[planned.id]), default=0.0
+        )
+    top: dict[str, float] = {}
+    for planned in plan:
+        top[planned.id] = max((top[d] + cost[d] for d in planned.deps if d in top), default=0.0)
+    return max(bottom.values(), default=0.0), top, bottom
+
+
+@dataclass
+class Widths:
+    """The widths :func:`choose_widths` chose: each step's resources and seconds."""
+
+    needs: dict[str, Resources]
+    cost: dict[str, float]
+
+
+def choose_widths(
+    plan: list[PlannedStep],
+    cost_at_1: dict[str, float],
+    needs: dict[str, Resources],
+    capacity: Resources,
+    scaling: Scaling | None = None,
+) -> dict[str, Resources]:
+    """Each step's resources, a moldable training's at the width chosen for it (the others as
+    they are). ``cost_at_1``: a moldable training's seconds on one GPU, any other step's
+    seconds. See :func:`mold`."""
+    return mold(plan, cost_at_1, needs, capacity, scaling).needs
+
+
+def mold(
+    plan: list[PlannedStep],
+    cost_at_1: dict[str, float],
+    needs: dict[str, Resources],
+    capacity: Resources,
+    scaling: Scaling | None = None,
+) -> Widths:
+    """Widths for the moldable trainings by CPA (Radulescu and van Gemund 2001, "A low-cost
+    approach towards mixed task and data parallel scheduling", ICPP, §3): every one starts at
+    the low end of its range; while the critical path is longer than the GPU area of all steps
+    over the GPUs there are (T_CP > T_A), the step on the critical path whose next valid width
+    saves most seconds is widened. The list schedule (:func:`simulate`) then places them."""
+    scaling = scaling or Scaling()
+    ids = {p.id for p in plan}
+    children: dict[str, list[str]] = {p.id: [] for p in plan}
+    for planned in plan:
+        for dep in planned.deps:
+            if dep in ids:
+                children[dep].append(planned.id)
+    choices: dict[str, list[int]] = {}
+    for planned in plan:
+        need = needs[planned.id]
+        if need.moldable and capacity.gpus:
+            batches = planned.spec.plugin.work().get("batches")
+            widths = valid_widths(need, batches, capacity.gpus, scaling)
+            if len(widths) > 1:
+                choices[planned.id] = widths
+    level = {step_id: 0 for step_id in choices}
+
+    def seconds(step_id: str) -> float:
+        if step_id in choices:
+            return scaling.seconds(cost_at_1[step_id], choices[step_id][level[step_id]])
+        return cost_at_1[step_id]
+
+    def gpus(step_id: str) -> int:
+        if step_id in choices:
+            return choices[step_id][level[step_id]]
+        return needs[step_id].gpus
+
+    cost = {p.id: seconds(p.id) for p in plan}
+    area = sum(cost[s] * gpus(s) for s in cost)
+    gpu_count = max(1, capacity.gpus)
+    while choices:
+        critical, top, bottom = _longest(plan, children, cost)
+        if critical <= area / gpu_count:
+            break
+        best, gain = None, 0.0
+        for step_id in choices:
+            if level[step_id] + 1 >= len(choices[step_id]):
+                continue
+            if top[step_id] + bottom[step_id] < critical * (1 - 1e-9):
+                continue  # not on a critical path
+            wider = scaling.seconds(cost_at_1[step_id], choices[step_id][level[step_id] + 1])
+            if cost[step_id] - wider > gain:
+                best, gain = step_id, cost[step_id] - wider
+        if best is None:
+            break
+        area -= cost[best] * gpus(best)
+        level[best] += 1
+        cost[best] = seconds(best)
+        area += cost[best] * gpus(best)
+
+    def placed() -> dict[str, Resources]:
+        out = dict(needs)
+        for step_id in choices:
+            out[step_id] = needs[step_id].at_width(gpus(step_id))
+        for step_id, need in needs.items():
+            if need.moldable and step_id not in choices:
+                out[step_id] = need.at_width(need.gpus)
+        return out
+
+    # CPA's T_A counts all the GPU area at once; where the graph narrows (a few trainings
+    # that all the others wait for) the list schedule leaves GPUs idle there. So, as a second
+    # phase (ours, not the paper's), a critical step is widened further while the simulated
+    # makespan does not grow, at most REFINE simulations.
+    out = placed()
+    best_span = simulate(plan, cost, out, capacity).makespan
+    tried: set[str] = set()
+    for _ in range(REFINE):
+        critical, top, bottom = _longest(plan, children, cost)
+        best, gain = None, 0.0
+        for step_id in choices:
+            if step_id in tried or level[step_id] + 1 >= len(choices[step_id]):
+                continue
+            if top[step_id] + bottom[step_id] < critical * (1 - 1e-9):
+                continue
+            wider = scaling.seconds(cost_at_1[step_id], choices[step_id][level[step_id] + 1])
+            if cost[step_id] - wider > gain:
+                best, gain = step_id, cost[step_id] - wider
+        if best is None:
+            break
+        level[best] += 1
+        cost[best] = seconds(best)
+        trial = placed()
+        span = simulate(plan, cost, trial, capacity).makespan
+        if span <= best_span * (1 + 1e-9):  # a plateau too: parallel chains widen in turn
+            best_span, out = span, trial
+        else:
+            level[best] -= 1
+            cost[best] = seconds(best)
+            tried.add(best)
+    return Widths(out, cost)
+
+
+@dataclass
+class Bound:
+    """A lower bound on any schedule's makespan: the GPU seconds of every step at its most
+    efficient width over the GPUs there are, or the critical path with every moldable training
+    at its widest valid width, whichever is longer."""
+
+    area: float
+    critical_path: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.area, self.critical_path)
+
+
+def lower_bound(
+    plan: list[PlannedStep],
+    cost_at_1: dict[str, float],
+    needs: dict[str, Resources],
+    capacity: Resources,
+    scaling: Scaling | None = None,
+) -> Bound:
+    scaling = scaling or Scaling()
+    ids = {p.id for p in plan}
+    children: dict[str, list[str]] = {p.id: [] for p in plan}
+    for planned in plan:
+        for dep in planned.deps:
+            if dep in ids:
+                children[dep].append(planned.id)
+    widest: dict[str, float] = {}
+    area = 0.0
+    for planned in plan:
+        need, seconds = needs[planned.id], cost_at_1[planned.id]
+        if need.moldable and capacity.gpus:
+            batches = planned.spec.plugin.work().get("batches")
+            widths = valid_widths(need, batches, capacity.gpus, scaling)
+            low = widths[0]
+            area += scaling.seconds(seconds, low) * low
+            widest[planned.id] = scaling.seconds(seconds, widths[-1])
+        else:
+            area += seconds * need.gpus
+            widest[planned.id] = seconds
+    critical, _, _ = _longest(plan, children, widest)
+    return Bound(area / max(1, capacity.gpus), critical)
