@@ -254,6 +254,10 @@ def test_keep_best_keeps_the_best_n(tmp_path: Path) -> None:
         # a typo in a paper setting is an error, not a silent default
         ({"patiance": 16}, "Extra inputs are not permitted"),
         ({"optimizer": "sgd"}, "'adam' or 'adafactor'"),
+        # the batch stated in tokens owns the accumulation and the width
+        ({"batch_tokens": 8192, "update_freq": 2}, "leave update_freq"),
+        ({"batch_tokens": 8192, "distributed_world_size": 2}, "distributed_world_size at 1"),
+        ({"batch_tokens": 5000, "max_tokens": 1024}, "not a whole number of batches"),
     ],
 )
 def test_train_config_rejects(settings: dict[str, Any], message: str) -> None:
@@ -270,6 +274,41 @@ def test_translate_weights_name_model_inputs() -> None:
 
 def flag_value(cmd: list[str], flag: str) -> str:
     return cmd[cmd.index(flag) + 1]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "update_freq"), [(1, 80), (2, 40), (5, 16), (16, 5), (80, 1)]
+)
+def test_update_freq_follows_the_width(ranks: int, update_freq: int, tmp_path: Path) -> None:
+    """NT5 Table 2's 1,280,000-token batch: 80 batches of 16,000 tokens at any width."""
+    step = TrainStep.from_dict({"max_tokens": 16000, "batch_tokens": 1_280_000})
+    assert isinstance(step, TrainStep)
+    cmd = step.command(tmp_path, {"src": "en", "tgt": "ja"}, tmp_path / "ck", ranks=ranks)
+    assert flag_value(cmd, "--update-freq") == str(update_freq)
+    assert flag_value(cmd, "--nproc") == str(ranks)
+    assert step.work() == {"tokens": 50_000 * 1_280_000.0, "batches": 80.0}
+
+
+def test_a_width_that_cannot_share_the_batch_is_refused(tmp_path: Path) -> None:
+    step = TrainStep.from_dict({"max_tokens": 16000, "batch_tokens": 1_280_000})
+    assert isinstance(step, TrainStep)
+    with pytest.raises(StepError, match=r"80 batches .* 3 ranks cannot share evenly"):
+        step.command(tmp_path, {"src": "en", "tgt": "ja"}, tmp_path / "ck", ranks=3)
+
+
+def test_threads_and_width_are_not_the_steps_identity() -> None:
+    """Where a training runs (its threads, its ranks) does not change what it computes; its
+    batch does."""
+    from mtcore.api import identity_dict
+
+    base = {"max_tokens": 1024, "batch_tokens": 4096}
+    one = identity_dict(TrainConfig.model_validate({**base, "threads": 1}))
+    assert one == identity_dict(TrainConfig.model_validate({**base, "threads": 8}))
+    assert "threads" not in one and one["batch_tokens"] == 4096
+    other = identity_dict(TrainConfig.model_validate({**base, "batch_tokens": 8192}))
+    assert other != one
+    # a recipe that does not state batch_tokens keeps the hash it had
+    assert "batch_tokens" not in identity_dict(TrainConfig.model_validate({}))
 
 
 @pytest.mark.parametrize(
@@ -646,6 +685,37 @@ def test_two_processes_through_torchrun_on_cpu(
     double = records(log, "train_inner")
     ratio = sum(float(r["wpb"]) for r in double) / sum(float(r["wpb"]) for r in single)
     assert 1.6 < ratio < 2.4
+
+
+# Per-update training loss at 2 ranks x 1 batch against 1 rank x 2 batches: the same batches
+# (fairseq shards an epoch's batches by rank in order, so rank r holds batch 2k+r of update k,
+# the batches one rank accumulates in that order), summed in another order. Measured: at most
+# 2e-6 relative; the tolerance leaves room for other CPUs' float reductions.
+WIDTH_TOLERANCE = 1e-4
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_loss_curve_of_one_rank_with_twice_the_accumulation(
+    vocabs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A training stated as tokens per update (``batch_tokens``) at two gloo ranks and at one:
+    ``update_freq`` 1 and 2, the same loss at every update. Dropout is off: fairseq seeds each
+    rank's dropout by the update number, so with dropout the masks (not the math) differ with
+    the width."""
+    config = {**PARENT, "batch_tokens": 2048, "dropout": 0.0, "max_update": 8}
+    curves = {}
+    for ranks in (1, 2):
+        ctx = make_ctx(tmp_path / f"r{ranks}", "train", data=vocabs["data_a"])
+        ctx.ranks = ranks
+        TrainStep.from_dict(config).run(ctx)
+        assert ctx.metrics["ranks"] == ranks and ctx.metrics["update_freq"] == 2 // ranks
+        log = tmp_path / f"r{ranks}/model/train.log"
+        curves[ranks] = [float(r["loss"]) for r in records(log, "train_inner")]
+        text = log.read_text(encoding="utf-8")
+        assert ("distributed init (rank 1)" in text) == (ranks == 2)
+    assert len(curves[1]) == len(curves[2]) == 8
+    for one, two in zip(curves[1], curves[2], strict=True):
+        assert abs(one - two) <= WIDTH_TOLERANCE * abs(one), (curves[1], curves[2])
 
 
 @pytest.mark.slow

@@ -76,6 +76,11 @@ class StepContext:
     progress_sink: Callable[[str, int | None, str], Any] | None = None
     """Where bars go when a display shows several running steps (:mod:`mtcore.run.display`):
     called with (step id, total, description), it returns the bar."""
+    ranks: int = 1
+    """The torch.distributed ranks the scheduler gave this run of the step (its width: a
+    training's GPUs, or its gloo processes on CPU); not part of the step's identity."""
+    nodes: int = 1
+    """The machines those ranks spread over."""
 
     def output(self, name: str) -> Path:
         path = self.work / name

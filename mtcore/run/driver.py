@@ -79,8 +79,25 @@ def make_scheduler(runner: Runner) -> Scheduler:
 
 
 def step_needs(runner: Runner, planned: PlannedStep) -> Resources:
+    """The step's resources (:func:`step_resources`). A width (ranks, a GPU range) given to a
+    step that cannot run at any width is refused: it would hold what it never uses."""
     table = runner.recipe.head.resources
-    return step_resources(planned.spec.plugin.resources(), planned.id, planned.spec.kind, table)
+    declared = planned.spec.plugin.resources()
+    need = step_resources(declared, planned.id, planned.spec.kind, table)
+    widened = need.ranks != declared.ranks or need.moldable or need.nodes > 1
+    if widened and "batches" not in planned.spec.plugin.work():
+        what = "a GPU range" if need.moldable else f"{need.ranks} ranks on {need.nodes} node(s)"
+        hint = (
+            "state its batch as batch_tokens (tokens per update) so that it runs at any width"
+            if declared.distributed
+            else "only a training runs as several ranks"
+        )
+        raise RecipeError(
+            [f"resources.{planned.id}: gives {what}, but step {planned.id!r} runs at the width "
+             f"of its own settings ({declared.ranks}); {hint}"],
+            "resources",
+        )  # fmt: skip
+    return need
 
 
 def capped(slots: Resources, caps: dict[str, int]) -> Resources:
@@ -232,9 +249,9 @@ class Driver:
         folder.mkdir(parents=True, exist_ok=True)
         job = Job(planned.id, planned.spec.kind, need, folder, step_log(workdir, planned))
         if scheduler.remote or need.gpus:
-            write_spec(workdir, self.runner.recipe, planned)
+            write_spec(workdir, self.runner.recipe, planned, need.ranks, need.nodes)
         if not scheduler.remote:
-            job.call = functools.partial(self._execute_here, planned, key)
+            job.call = functools.partial(self._execute_here, planned, key, need)
         record = read_json(folder / "job.json") if scheduler.remote else None
         if (
             record is not None
@@ -275,10 +292,12 @@ class Driver:
                 lambda: planned.spec.plugin.live(work),
             )
 
-    def _execute_here(self, planned: PlannedStep, key: str) -> dict[str, Any]:
+    def _execute_here(self, planned: PlannedStep, key: str, need: Resources) -> dict[str, Any]:
         runner = self.runner
         inputs, described = step_inputs(runner.workdir, runner.recipe, self.by_id, planned)
-        run = StepRun(runner.workdir, runner.recipe, planned, inputs, described, key)
+        run = StepRun(
+            runner.workdir, runner.recipe, planned, inputs, described, key, need.ranks, need.nodes
+        )
         display = self.display
         live = display is not None and display.tty
         return execute(

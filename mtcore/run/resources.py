@@ -10,6 +10,13 @@ training's threads and ``distributed_world_size``); a recipe or profile override
       train: {gpus: 8, time: "72:00:00"}     # every step of kind train
       init_enja: {gpus: 4}                   # one step
 
+A training may be given a width: ``gpus: 8`` (one torch.distributed rank a GPU, NCCL),
+``ranks: 2`` on CPU (gloo processes, each with the step's threads), ``nodes: 2`` to spread them
+over two machines, or a range (``gpus: 1-16``) from which ``mtcore plan`` and the scheduler choose
+the width that shortens the whole graph (:func:`mtcore.run.schedule.choose_widths`). A training
+whose recipe states its batch as tokens per update (``batch_tokens``) computes the same updates at
+any width; its ``update_freq`` follows from the width.
+
 Resources say where and beside what a step runs, never what it computes: they are part of no
 step's hash.
 """
@@ -40,12 +47,40 @@ def parse_time(value: str | int) -> int:
     return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
 
 
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+
+
+def parse_range(value: Any) -> Any:
+    """``"1-16"`` as ``(1, 16)``; anything else unchanged (pydantic checks it)."""
+    if isinstance(value, str):
+        match = _RANGE.match(value)
+        if not match:
+            if value.strip().isdigit():
+                return int(value)
+            raise ValueError(f"{value!r} is not a count (8) or a range of counts (1-16)")
+        low, high = int(match.group(1)), int(match.group(2))
+        if not 1 <= low <= high:
+            raise ValueError(f"{value!r}: a range is LOW-HIGH with 1 <= LOW <= HIGH")
+        return (low, high)
+    return value
+
+
 class ResourceSpec(BaseModel):
     """One ``resources:`` entry; unset fields keep what the step declared."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    cpus: int | None = Field(None, ge=1, le=4096, description="CPU threads")
-    gpus: int | None = Field(None, ge=0, le=1024, description="GPUs")
+    cpus: int | None = Field(None, ge=1, le=4096, description="CPU threads (of all its ranks)")
+    gpus: int | tuple[int, int] | None = Field(
+        None,
+        description="GPUs, one torch.distributed rank each (NCCL); a range 'LOW-HIGH' lets the "
+        "planner choose the width (a training that states batch_tokens)",
+    )
+    ranks: int | None = Field(
+        None, ge=1, le=4096, description="torch.distributed processes of a CPU training (gloo)"
+    )
+    nodes: int | None = Field(
+        None, ge=1, le=1024, description="machines the step's ranks spread over (evenly)"
+    )
     memory_gb: float | None = Field(None, gt=0, le=65536, description="memory in GiB")
     time: int | None = Field(None, ge=1, description="wall-time limit in minutes (or D-HH:MM:SS)")
 
@@ -53,6 +88,19 @@ class ResourceSpec(BaseModel):
     @classmethod
     def _time(cls, value: Any) -> Any:
         return parse_time(value) if isinstance(value, str) else value
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> Any:
+        return parse_range(value)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_bounds(cls, value: Any) -> Any:
+        for count in value if isinstance(value, tuple) else (value,):
+            if count is not None and not 0 <= count <= 1024:
+                raise ValueError(f"{count} GPUs: give 0 to 1024")
+        return value
 
 
 @dataclass(frozen=True)
@@ -63,12 +111,44 @@ class Resources:
     gpus: int = 0
     memory_gb: float = 0.0  # 0: not declared (no limit asked for)
     time: int = 0  # minutes; 0: no limit asked for
+    ranks: int = 1  # torch.distributed processes: one a GPU where gpus, else CPU (gloo) ones
+    nodes: int = 1  # machines the ranks spread over, evenly
+    gpus_max: int = 0  # the top of a range (gpus: 1-16) the planner chooses in; 0: fixed
+    distributed: bool = False  # runs as ranks of torch.distributed (a training): a rank a GPU
+
+    @property
+    def width(self) -> int:
+        """The ranks of a distributed step (1 for any other)."""
+        return self.ranks
+
+    @property
+    def moldable(self) -> bool:
+        """A width the planner may choose (a range of GPUs)."""
+        return self.gpus_max > self.gpus
 
     def apply(self, spec: ResourceSpec | None) -> Resources:
+        """These resources with ``spec``'s set fields. A CPU training given ``ranks`` keeps its
+        threads a rank (its CPUs scale with the ranks); given ``gpus``, it has a rank a GPU."""
         if spec is None:
             return self
         values = {k: v for k, v in spec.model_dump().items() if v is not None}
-        return replace(self, **values)
+        per_rank = max(1, self.cpus // max(1, self.ranks))
+        out = replace(self, **{k: v for k, v in values.items() if k != "gpus"})
+        if "gpus" in values:
+            gpus = values["gpus"]
+            low, high = (gpus, gpus) if isinstance(gpus, int) else gpus
+            ranks = max(1, low) if self.distributed and low else out.ranks
+            out = replace(out, gpus=low, gpus_max=high if high > low else 0, ranks=ranks)
+            if self.distributed and "cpus" not in values:
+                out = replace(out, cpus=per_rank * ranks)
+        if "ranks" in values and "cpus" not in values:
+            out = replace(out, cpus=per_rank * out.ranks)
+        return out
+
+    def at_width(self, gpus: int) -> Resources:
+        """A moldable step's resources at ``gpus`` GPUs (a rank each); its CPUs scale too."""
+        per_rank = max(1, self.cpus // max(1, self.ranks))
+        return replace(self, gpus=gpus, ranks=gpus, cpus=per_rank * gpus, gpus_max=0)
 
     def fits(self, free: Resources) -> bool:
         return (
@@ -96,7 +176,11 @@ class Resources:
     def describe(self) -> str:
         parts = [f"cpu={self.cpus}"]
         if self.gpus:
-            parts.append(f"gpu={self.gpus}")
+            parts.append(f"gpu={self.gpus}" + (f"-{self.gpus_max}" if self.moldable else ""))
+        if self.ranks > 1:
+            parts.append(f"ranks={self.ranks}")
+        if self.nodes > 1:
+            parts.append(f"nodes={self.nodes}")
         if self.memory_gb:
             parts.append(f"mem={self.memory_gb:g}G")
         if self.time:

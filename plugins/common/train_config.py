@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.api import PluginConfig, components
+from mtcore.api import HASHED_WHEN_SET, NOT_IDENTITY, PluginConfig, components
 
 CRITERION_KEY = re.compile(r"[a-z][a-z0-9_]*$")
 # Settings the step owns; giving them again through criterion_args would pass them twice.
@@ -42,7 +42,17 @@ class TrainConfig(PluginConfig):
         ge=1,
         le=1024,
         description="batches accumulated per update: an update sees max_tokens x update_freq x "
-        "distributed_world_size tokens",
+        "distributed_world_size tokens (with batch_tokens: follows from the width instead)",
+    )
+    batch_tokens: int | None = Field(
+        None,
+        ge=16,
+        le=1_000_000_000,
+        description="tokens per update (the paper's batch), at any width: the step runs as many "
+        "ranks as its resources give it (gpus: 8, ranks: 2, a range chosen by the planner) and "
+        "accumulates batch_tokens / (max_tokens x ranks) batches an update, which must be whole; "
+        "update_freq and distributed_world_size are then left at 1",
+        json_schema_extra=HASHED_WHEN_SET,
     )
     optimizer: Literal["adam", "adafactor"] = Field(
         "adam",
@@ -181,7 +191,12 @@ class TrainConfig(PluginConfig):
         "(fairseq itself skips them with only a warning)",
     )
     threads: int = Field(
-        0, ge=0, le=512, description="torch CPU threads per process; 0 keeps torch's default"
+        0,
+        ge=0,
+        le=512,
+        description="torch CPU threads per process; 0 keeps torch's default (where a step runs, "
+        "not what it computes: not in its hash)",
+        json_schema_extra=NOT_IDENTITY,
     )
     log_interval: int = Field(100, ge=1, le=1_000_000, description="log every N updates")
     extra_args: list[str] = Field(
@@ -206,6 +221,17 @@ class TrainConfig(PluginConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
+        if self.batch_tokens is not None:
+            if self.update_freq != 1 or self.distributed_world_size != 1:
+                raise ValueError(
+                    "batch_tokens sets the batch at any width: leave update_freq and "
+                    "distributed_world_size at 1 (the width comes from resources: gpus or ranks)"
+                )
+            if self.batch_tokens % self.max_tokens:
+                raise ValueError(
+                    f"batch_tokens {self.batch_tokens} is not a whole number of batches of "
+                    f"max_tokens {self.max_tokens}"
+                )
         if self.average_until == "best" and (self.patience == 0 or self.average_best):
             raise ValueError(
                 "average_until: best needs patience (early stopping) and no average_best"

@@ -27,6 +27,8 @@ from mtcore.api import (
     thread_count,
     write_artifact_meta,
 )
+from mtcore.exec.ranks import current as current_task
+from mtcore.exec.ranks import publish
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,
@@ -81,13 +83,38 @@ class TrainStep(Step[TrainConfig]):
         ``resources: {train: {gpus: N}}`` asks for GPUs for fp32 training."""
         c = self.config
         threads = thread_count(c.threads)
+        ranks = c.distributed_world_size
         if c.precision != "fp32":
-            return Resources(cpus=threads, gpus=c.distributed_world_size)
-        return Resources(cpus=threads * c.distributed_world_size)
+            return Resources(cpus=threads * ranks, gpus=ranks, ranks=ranks, distributed=True)
+        return Resources(cpus=threads * ranks, ranks=ranks, distributed=True)
 
     def work(self) -> dict[str, float]:
+        """``tokens``: target tokens of the whole training; with ``batch_tokens``, ``batches``:
+        the batches of ``max_tokens`` an update holds (a width must divide it)."""
         c = self.config
-        return {"tokens": float(c.max_update * c.max_tokens * c.update_freq)}
+        if c.batch_tokens is not None:
+            return {
+                "tokens": float(c.max_update * c.batch_tokens),
+                "batches": float(c.batch_tokens // c.max_tokens),
+            }
+        per_update = c.max_tokens * c.update_freq * c.distributed_world_size
+        return {"tokens": float(c.max_update * per_update)}
+
+    def update_freq(self, ranks: int) -> int:
+        """Batches accumulated per update at ``ranks`` ranks: ``batch_tokens / (max_tokens x
+        ranks)`` where the batch is stated in tokens, else the setting. Only the order in
+        which the gradients of one update are summed changes with the width."""
+        c = self.config
+        if c.batch_tokens is None:
+            return c.update_freq
+        batches = c.batch_tokens // c.max_tokens
+        if batches % ranks:
+            raise StepError(
+                f"train: batch_tokens {c.batch_tokens} is {batches} batches of max_tokens "
+                f"{c.max_tokens}, which {ranks} ranks cannot share evenly; give a width that "
+                f"divides {batches} (resources: gpus or ranks)"
+            )
+        return batches // ranks
 
     @classmethod
     def curves(cls, folder: Path) -> dict[str, list[tuple[int, float]]]:
@@ -110,7 +137,14 @@ class TrainStep(Step[TrainConfig]):
                 f"{ctx.step_id}: the training data {data.path} has no {subset} pairs (its "
                 f"binarize step's {subset} input is empty: a step before it may drop all)"
             )
-        self._check_device()
+        ranks = ctx.ranks if self.config.batch_tokens is not None else self.ranks
+        if ctx.nodes > 1 and current_task() is None:
+            raise StepError(
+                f"{ctx.step_id}: {ranks} ranks on {ctx.nodes} nodes need a scheduler that places "
+                "ranks on other machines (slurm, ray); the local one runs them on this machine "
+                "(resources: nodes: 1)"
+            )
+        self._check_device(ranks)
         out = ctx.output("model")
         save_dir = out / "checkpoints"
         log = out / "train.log"
@@ -122,12 +156,24 @@ class TrainStep(Step[TrainConfig]):
             start = self._init_checkpoint(ctx, data, init) if init is not None else None
             if repair_last_checkpoint(save_dir):
                 ctx.stats.add("train.repaired_checkpoint_last")
-            cmd = self.command(data.path, data.meta, save_dir, start, models, shape)
+            cmd = self.command(data.path, data.meta, save_dir, start, models, shape, ranks)
             cmd += tensorboard_args(ctx.step_id)
+            ctx.metrics["ranks"] = ranks
+            ctx.metrics["update_freq"] = self.update_freq(ranks)
+            env = self._env()
+            task = current_task()
+            if task is not None and ranks > 1:
+                # the scheduler placed the ranks (Slurm tasks, Ray bundles): this is rank 0
+                if task.world != ranks:
+                    raise StepError(
+                        f"{ctx.step_id}: the scheduler started {task.world} ranks for a width "
+                        f"of {ranks}"
+                    )
+                env = publish(task, cmd, env, Path.cwd())
             # one CPU process: a warm fork; several (torch.distributed), or CUDA (a fork of a
             # process that may have touched the driver), start cold
-            warm = self.config.distributed_world_size == 1 and self._gpus == 0
-            run_logged(cmd, log, "fairseq-train", env=self._env(), warm=warm)
+            warm = ranks == 1 and self._gpus == 0
+            run_logged(cmd, log, "fairseq-train", env=env, warm=warm)
         if not (out / "checkpoint.pt").exists():
             ctx.metrics["averaged"] = self._finalize(save_dir, out / "checkpoint.pt")
         shutil.rmtree(save_dir, ignore_errors=True)
@@ -160,15 +206,17 @@ class TrainStep(Step[TrainConfig]):
         init: Path | None = None,
         models: list[str] | None = None,
         shape: list[str] | None = None,
+        ranks: int | None = None,
     ) -> list[str]:
         """``shape``: the flags of a pretrained model's network (:func:`arch_args`), which
-        replace ``--arch``."""
+        replace ``--arch``; ``ranks``: the width it runs at (default: its own setting)."""
         c = self.config
+        ranks = ranks or self.ranks
         head = [sys.executable, "-m", ENTRY, "train", "--models", ",".join(models or c.models)]
         head += ["--threads", str(c.threads), "--too-long", c.too_long]
         head += [
             "--nproc",
-            str(c.distributed_world_size),
+            str(ranks),
             "--label-smoothing",
             str(c.label_smoothing),
         ]
@@ -192,7 +240,7 @@ class TrainStep(Step[TrainConfig]):
             "--dropout": c.dropout,
             "--criterion": c.criterion,
             "--max-tokens": c.max_tokens,
-            "--update-freq": c.update_freq,
+            "--update-freq": self.update_freq(ranks),
             "--max-update": c.max_update,
             "--seed": c.seed,
             "--save-dir": save_dir,
@@ -281,7 +329,12 @@ class TrainStep(Step[TrainConfig]):
         n = str(self.config.threads)
         return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
-    def _check_device(self) -> None:
+    @property
+    def ranks(self) -> int:
+        """The width the settings give (``distributed_world_size``)."""
+        return self.config.distributed_world_size
+
+    def _check_device(self, ranks: int) -> None:
         """fp16/bf16 and several processes per GPU need the GPUs to exist; say so before
         fairseq fails deep inside."""
         import torch
@@ -293,11 +346,12 @@ class TrainStep(Step[TrainConfig]):
                 f"train: precision {c.precision} needs a CUDA GPU and this machine has none "
                 "(torch.cuda.is_available() is False); use precision: fp32 on CPU"
             )
-        if gpus and c.distributed_world_size > gpus:
+        if gpus and ranks > gpus and current_task() is None:
             raise StepError(
-                f"train: distributed_world_size {c.distributed_world_size} is more than the "
-                f"{gpus} GPUs of this machine; use at most {gpus}"
+                f"train: {ranks} ranks are more than the {gpus} GPUs of this machine; use at "
+                f"most {gpus}"
             )
+        self.update_freq(ranks)  # a width that cannot share the batch fails here, not later
 
     def _models(self, init: Artifact | None) -> list[str]:
         inherited = list(init.meta.get("models", [])) if init is not None else []
