@@ -74,8 +74,8 @@ def print_schedule(
     moldable = [p for p in plan if asked[p.id].moldable]
     if moldable and capacity.gpus:
         click.echo(
-            f"  widths: {len(moldable)} trainings with a GPU range, chosen by CPA (scaling per "
-            f"doubling {scaling.node:g} within a node, {scaling.cluster:g} across nodes of "
+            f"  widths: {len(moldable)} trainings with a GPU range, chosen by CPA and MCPA "
+            f"(scaling per doubling {scaling.node:g} within a node, {scaling.cluster:g} across nodes of "
             f"{scaling.gpus_per_node} GPUs)"
         )
     ratio = f" (makespan / bound {result.makespan / bound.seconds:.2f})" if bound.seconds else ""

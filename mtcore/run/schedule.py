@@ -307,6 +307,14 @@ def mold(
             if len(widths) > 1:
                 choices[planned.id] = widths
     level = {step_id: 0 for step_id in choices}
+    # each moldable training's depth: the moldable trainings on its longest chain before it
+    depth: dict[str, int] = {}
+    for planned in plan:
+        before = max((depth[d] + (d in choices) for d in planned.deps if d in depth), default=0)
+        depth[planned.id] = before
+    levels_width: dict[int, int] = {}
+    for step_id in choices:
+        levels_width[depth[step_id]] = levels_width.get(depth[step_id], 0) + 1
 
     def seconds(step_id: str) -> float:
         if step_id in choices:
@@ -380,7 +388,57 @@ def mold(
             level[best] -= 1
             cost[best] = seconds(best)
             tried.add(best)
-    return Widths(out, cost)
+    best_cost = dict(cost)
+    # A third candidate, by precedence levels (MCPA: Bansal, Kumar and Sadayappan, "An
+    # improved two-step algorithm for task and data parallel scheduling in distributed memory
+    # machines", Parallel Computing 2006, §3): the moldable trainings that wait for the same
+    # number of moldable trainings run side by side, so each of a level's k gets at most N / k
+    # (or 2 N / k: two waves) GPUs. One greedy widening at a time (above) leaves a level of a
+    # few trainings that gate all the others too narrow; this one does not.
+    # classes of like trainings: the same level, batches and seconds (NT5's sixteen
+    # pre-trainings are one); a class's trainings share one cap on their width
+    klass: dict[str, tuple[int, float, float]] = {}
+    for planned in plan:
+        if planned.id in choices:
+            batches = float(planned.spec.plugin.work().get("batches") or 0)
+            klass[planned.id] = (depth[planned.id], float(f"{cost_at_1[planned.id]:.3g}"), batches)
+
+    def capped(
+        caps: dict[tuple[int, float, float], int],
+    ) -> tuple[float, dict[str, Resources], dict[str, float]]:
+        """Each moldable training at its widest valid width within its class's cap."""
+        for step_id in choices:
+            fits = [i for i, w in enumerate(choices[step_id]) if w <= caps[klass[step_id]]]
+            level[step_id] = fits[-1] if fits else 0
+            cost[step_id] = seconds(step_id)
+        trial = placed()
+        return simulate(plan, cost, trial, capacity).makespan, trial, dict(cost)
+
+    caps: dict[tuple[int, float, float], int] = {}
+    for share in (1, 2):
+        trial_caps = {
+            k: max(1, gpu_count * share // levels_width[k[0]]) for k in set(klass.values())
+        }
+        span, trial, trial_cost = capped(trial_caps)
+        if not caps:
+            caps = trial_caps
+        if span < best_span * (1 - 1e-9):
+            best_span, out, best_cost, caps = span, trial, trial_cost, trial_caps
+    # then each class's cap in turn, over the widths its trainings can take (coordinate
+    # descent, two passes: a few simulations a class)
+    options: dict[tuple[int, float, float], set[int]] = {}
+    for step_id, key in klass.items():
+        options.setdefault(key, set()).update(choices[step_id])
+    for _ in range(2):
+        for key in sorted(options):
+            for width in sorted(options[key]):
+                if width == caps[key]:
+                    continue
+                span, trial, trial_cost = capped({**caps, key: width})
+                if span < best_span * (1 - 1e-9):
+                    best_span, out, best_cost = span, trial, trial_cost
+                    caps = {**caps, key: width}
+    return Widths(out, best_cost)
 
 
 @dataclass

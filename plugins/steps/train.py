@@ -27,8 +27,7 @@ from mtcore.api import (
     thread_count,
     write_artifact_meta,
 )
-from mtcore.exec.ranks import current as current_task
-from mtcore.exec.ranks import publish
+from mtcore.exec.ranks import current as current_task, publish
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,
