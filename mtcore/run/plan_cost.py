@@ -75,8 +75,8 @@ def print_schedule(
     if moldable and capacity.gpus:
         click.echo(
             f"  widths: {len(moldable)} trainings with a GPU range, chosen by CPA and MCPA "
-            f"(scaling per doubling {scaling.node:g} within a node, {scaling.cluster:g} across nodes of "
-            f"{scaling.gpus_per_node} GPUs)"
+            f"(scaling per doubling {scaling.node:g} within a node, {scaling.cluster:g} "
+            f"across nodes of {scaling.gpus_per_node} GPUs)"
         )
     ratio = f" (makespan / bound {result.makespan / bound.seconds:.2f})" if bound.seconds else ""
     click.echo(
