@@ -35,7 +35,7 @@ from mtcore.run.jobs import (
     write_spec,
 )
 from mtcore.run.resources import Resources, step_resources
-from mtcore.run.schedule import CostModel, choose_widths, fitted, remaining_paths
+from mtcore.run.schedule import CostModel, Scaling, choose_widths, fitted, remaining_paths
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
@@ -113,11 +113,14 @@ def check_fit(needs: dict[str, Resources], place: Resources, slots: Resources, w
     threads); refuses the others, all at once."""
     problems = []
     for step_id, need in needs.items():
-        if need.gpus > min(place.gpus, slots.gpus):
+        per_node = -(-need.gpus // need.nodes)  # a step of several nodes asks this of each
+        if per_node > min(place.gpus, slots.gpus) or need.gpus > slots.gpus:
+            most = min(place.gpus, slots.gpus)
             problems.append(
-                f"resources.{step_id}: asks {need.gpus} GPUs; {where} gives a step at most "
-                f"{min(place.gpus, slots.gpus)} (set resources: {{{step_id}: {{gpus: N}}}}, or "
-                "run where there are more)"
+                f"resources.{step_id}: asks {need.gpus} GPUs"
+                + (f" on {need.nodes} nodes" if need.nodes > 1 else "")
+                + f"; {where} gives a step at most {most} a node and {slots.gpus} in all (set "
+                f"resources: {{{step_id}: {{gpus: N}}}} or nodes: N, or run where there are more)"
             )
         if need.memory_gb and place.memory_gb and need.memory_gb > place.memory_gb:
             problems.append(
@@ -166,8 +169,10 @@ class Driver:
                     for p in self.plan
                     for n in (self.needs[p.id],)
                 }
-                widest = Resources(self.most.cpus, min(place.gpus, self.slots.gpus))
-                self.needs = choose_widths(self.plan, at_1, self.needs, widest)
+                # widths up to all the GPUs, across whole nodes of the largest node's GPUs
+                scaling = Scaling(gpus_per_node=max(1, min(place.gpus, self.slots.gpus)))
+                gpus = Resources(self.slots.cpus, self.slots.gpus)
+                self.needs = choose_widths(self.plan, at_1, self.needs, gpus, scaling)
             self.cost = {p.id: costs.seconds(p, self.needs[p.id]) for p in self.plan}
             self.priority = remaining_paths(self.plan, self.cost)
             if runner.display:

@@ -145,10 +145,15 @@ class Resources:
             out = replace(out, cpus=per_rank * out.ranks)
         return out
 
-    def at_width(self, gpus: int) -> Resources:
-        """A moldable step's resources at ``gpus`` GPUs (a rank each); its CPUs scale too."""
+    def at_width(self, gpus: int, per_node: int = 0) -> Resources:
+        """A moldable step's resources at ``gpus`` GPUs (a rank each), spread over whole nodes
+        of ``per_node`` GPUs where it is wider than one; its CPUs scale too."""
         per_rank = max(1, self.cpus // max(1, self.ranks))
-        return replace(self, gpus=gpus, ranks=gpus, cpus=per_rank * gpus, gpus_max=0)
+        nodes = -(-gpus // per_node) if per_node and gpus > per_node else 1
+        return replace(
+            self, gpus=gpus, ranks=max(1, gpus), cpus=per_rank * max(1, gpus), gpus_max=0,
+            nodes=nodes,
+        )  # fmt: skip
 
     def fits(self, free: Resources) -> bool:
         return (

@@ -352,10 +352,10 @@ def mold(
     def placed() -> dict[str, Resources]:
         out = dict(needs)
         for step_id in choices:
-            out[step_id] = needs[step_id].at_width(gpus(step_id))
+            out[step_id] = needs[step_id].at_width(gpus(step_id), scaling.gpus_per_node)
         for step_id, need in needs.items():
             if need.moldable and step_id not in choices:
-                out[step_id] = need.at_width(need.gpus)
+                out[step_id] = need.at_width(need.gpus, scaling.gpus_per_node)
         return out
 
     # CPA's T_A counts all the GPU area at once; where the graph narrows (a few trainings
