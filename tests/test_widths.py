@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -152,3 +153,34 @@ def test_nt5_paper_on_64_gpus_within_four_days_and_its_bound(tmp_path):
     assert _seconds(makespan.group(1)) <= 4 * 86400, result.output
     assert float(ratio.group(1)) <= 1.25, result.output
     assert "chosen by CPA and MCPA" in result.output
+
+
+def _needs(settings: dict[str, Any], spec: dict[str, Any]) -> Resources:
+    from types import SimpleNamespace
+
+    from mtcore.run.driver import step_needs
+    from mtcore_plugins.steps.train import TrainStep
+
+    table = {"train_a": ResourceSpec.model_validate(spec)}
+    runner = SimpleNamespace(recipe=SimpleNamespace(head=SimpleNamespace(resources=table)))
+    planned = SimpleNamespace(
+        id="train_a", spec=SimpleNamespace(kind="train", plugin=TrainStep.from_dict(settings))
+    )
+    return step_needs(runner, planned)  # type: ignore[arg-type]
+
+
+def test_a_width_for_a_training_that_cannot_take_one_is_a_recipe_error():
+    from mtcore.contracts.errors import RecipeError
+
+    stated = {"max_tokens": 1024, "batch_tokens": 4096, "threads": 2}
+    assert _needs(stated, {"ranks": 2}) == Resources(
+        cpus=4, ranks=2, distributed=True
+    )  # its threads a rank
+    moldable_need = _needs(stated, {"gpus": "1-4"})
+    assert (moldable_need.gpus, moldable_need.gpus_max, moldable_need.moldable) == (1, 4, True)
+    with pytest.raises(RecipeError, match=r"resources.train_a: gives 2 ranks .* batch_tokens"):
+        _needs({"max_tokens": 1024, "update_freq": 4}, {"ranks": 2})
+    with pytest.raises(RecipeError, match="gives a GPU range"):
+        _needs({"max_tokens": 1024}, {"gpus": "1-8"})
+    with pytest.raises(ValueError, match="not a count"):
+        ResourceSpec.model_validate({"gpus": "eight"})
