@@ -74,7 +74,8 @@ class TranslateConfig(PluginConfig):
         ge=0,
         le=512,
         description="torch CPU threads per worker; 0: torch's default with one worker, the "
-        "cores shared out between several",
+        "cores shared out between several (where it runs: not in the step's hash)",
+        json_schema_extra=NOT_IDENTITY,
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",

@@ -63,7 +63,13 @@ class SelectModelsConfig(PluginConfig):
     max_len_b: int = Field(10, ge=1, le=10_000, description="output length limit (b)")
     batch_size: int = Field(64, ge=1, le=100_000, description="sentences per batch")
     max_tokens: int | None = Field(None, ge=16, le=1_000_000, description="tokens per batch")
-    threads: int = Field(0, ge=0, le=512, description="torch CPU threads; 0: torch's default")
+    threads: int = Field(
+        0,
+        ge=0,
+        le=512,
+        description="torch CPU threads; 0: torch's default",
+        json_schema_extra=NOT_IDENTITY,
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="where the candidates decode: auto takes the GPU when torch sees one",
