@@ -131,9 +131,7 @@ def follow(task: Task, log: Path, timeout: float = 7 * 86400.0, poll: float = 0.
     from mtcore.exec.process import PARENT_ENV
 
     env = {**os.environ, **document["env"], PARENT_ENV: str(os.getpid())}
-    env.update(
-        rank_env(task.rank, task.world, task.local_rank, document["addr"], document["port"])
-    )
+    env.update(rank_env(task.rank, task.world, task.local_rank, document["addr"], document["port"]))
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         done = subprocess.run(

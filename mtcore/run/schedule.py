@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +146,7 @@ def simulate(
 def fitted(need: Resources, capacity: Resources) -> Resources:
     """``need`` with its CPUs capped at ``capacity``'s: a step asking more threads than there
     are cores still runs, alone (GPUs and memory are never capped: validation refuses)."""
-    return (
-        need
-        if need.cpus <= capacity.cpus
-        else Resources(capacity.cpus, need.gpus, need.memory_gb, need.time)
-    )
+    return need if need.cpus <= capacity.cpus else replace(need, cpus=capacity.cpus)
 
 
 def duration(seconds: float) -> str:
