@@ -74,7 +74,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$dir/munge.socket
+# cred_expire: also how long a requeued job waits before it may start again (120 s by
+# default; a test of requeues waits for each)
+AuthInfo=socket=$dir/munge.socket,cred_expire=15
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
@@ -98,6 +100,10 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MinJobAge=300
+# A job may be queued again (scontrol requeue: submitit's answer to a time limit's signal or a
+# preemption); a job stopped that way has its processes killed 5 s after SIGTERM, not 30.
+JobRequeue=1
+KillWait=5
 NodeName=$host NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF

@@ -2,16 +2,19 @@
 left, and one live line per running step (a training's updates, loss and speed read from its
 log; a data step's bar). On a terminal the block is redrawn in place once a second; elsewhere
 (a CI log, a file) plain lines: each step's start and end, and every ``every`` seconds the
-running steps' lines.
+running steps' lines. A step whose job was stopped and queued again (a Slurm job at its time
+limit or preempted) says how many times, from its job folder's ``state.json``.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from mtcore.run.schedule import duration
@@ -53,6 +56,18 @@ class Running:
     where: str
     live: Callable[[], str]
     bar: LiveBar | None = None
+    folder: Path | None = None  # the job folder, where a scheduler records requeues
+
+
+def requeues(folder: Path | None) -> int:
+    """Times the job of ``folder`` was stopped and queued again (its ``state.json``)."""
+    if folder is None:
+        return 0
+    try:
+        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    return int(state.get("requeues", 0)) if isinstance(state, dict) else 0
 
 
 @dataclass
@@ -79,9 +94,17 @@ class Display:
                 self.running[step_id].bar = bar
         return bar
 
-    def started(self, step_id: str, kind: str, where: str, live: Callable[[], str]) -> None:
+    def started(
+        self,
+        step_id: str,
+        kind: str,
+        where: str,
+        live: Callable[[], str],
+        folder: Path | None = None,
+    ) -> None:
         with self._lock:
             self.running[step_id] = Running(step_id, kind, time.monotonic(), where, live)
+            self.running[step_id].folder = folder
         if not self.tty:
             self._line(f"{self._head()}: started {step_id} ({kind}) {where}")
 
@@ -125,8 +148,11 @@ class Display:
         for item in sorted(running, key=lambda r: r.started):
             try:
                 live = item.live() or (item.bar.text() if item.bar else "")
+                again = requeues(item.folder)
             except Exception as exc:  # a display must never stop a run
-                live = f"({type(exc).__name__})"
+                live, again = f"({type(exc).__name__})", 0
+            if again:
+                live += f"  (requeued {again}x)"
             lines.append(
                 f"  {item.step_id} ({item.kind}) {duration(now - item.started)}"
                 + (f"  {live}" if live else "")

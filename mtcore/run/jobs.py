@@ -10,7 +10,9 @@ what the driver needs to find it again:
   and refuses to run if the hash differs);
 - ``job.json``: the scheduler and the job's id there (a Ray actor's name, a Slurm job id),
   written by the driver when it submits;
-- ``state.json``: written by the job (``running``, ``done`` or ``failed`` with the error);
+- ``state.json``: written by the job (``running``, ``done`` or ``failed`` with the error; a job
+  its scheduler stopped to run again later, ``preempted``), with ``requeues``: how many times
+  the job was stopped and queued again (a Slurm job signalled before its time limit);
 - ``lock``: held (``flock``) while the step runs, so that a second copy waits instead of
   working beside the first.
 
@@ -126,6 +128,9 @@ class StepRun:
     inputs: dict[str, Artifact]
     described: dict[str, Any]
     key: str
+    ranks: int = 1  # the width the scheduler gave it (StepContext.ranks)
+    nodes: int = 1
+    requeues: int = 0  # times its job was stopped and queued again before this attempt
 
 
 @contextmanager
@@ -202,6 +207,8 @@ def _execute(
             log=step_logger,
             show_progress=show_progress,
             progress_sink=progress,
+            ranks=run.ranks,
+            nodes=run.nodes,
         )
         log.info(
             "step %s (%s): %s%s",
@@ -236,6 +243,8 @@ def _execute(
             "resumed": resumed,
             "content_key": run.key,
         }
+        if run.requeues:
+            manifest["requeues"] = run.requeues
         write_manifest(work, manifest)
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():  # an incomplete leftover without manifest
@@ -253,8 +262,11 @@ def _execute(
 # --- jobs that run elsewhere ---------------------------------------------------------------
 
 
-def write_spec(workdir: Path, recipe: Recipe, planned: PlannedStep) -> Path:
-    """``spec.json`` for running ``planned`` in another process; returns the job directory."""
+def write_spec(
+    workdir: Path, recipe: Recipe, planned: PlannedStep, ranks: int = 1, nodes: int = 1
+) -> Path:
+    """``spec.json`` for running ``planned`` in another process, at the width it was given;
+    returns the job directory."""
     document = {k: v for k, v in recipe.resolved.items() if k != "profiles"}
     document["default_profile"] = None
     folder = job_dir(workdir, planned)
@@ -269,6 +281,8 @@ def write_spec(workdir: Path, recipe: Recipe, planned: PlannedStep) -> Path:
         "hash": planned.hash,
         "env": {k: os.environ[k] for k in PASSED_ENV if k in os.environ},
         "python": sys.executable,
+        "ranks": ranks,
+        "nodes": nodes,
     }
     write_json(folder / "spec.json", spec)
     return folder
@@ -303,7 +317,8 @@ def run_job(folder: str | Path) -> str:
     spec = read_json(folder / "spec.json")
     if spec is None:
         raise StepError(f"job {folder}: no readable spec.json")
-    write_json(folder / "state.json", _state("running"))
+    requeues = requeue_count(folder)
+    write_json(folder / "state.json", _state("running", requeues=requeues))
     try:
         os.chdir(spec["cwd"])
         for key, value in spec["env"].items():
@@ -323,7 +338,15 @@ def run_job(folder: str | Path) -> str:
         workdir = Path(spec["workdir"])
         inputs, described = step_inputs(workdir, recipe, by_id, planned)
         run = StepRun(
-            workdir, recipe, planned, inputs, described, input_key(workdir, by_id, planned)
+            workdir,
+            recipe,
+            planned,
+            inputs,
+            described,
+            input_key(workdir, by_id, planned),
+            ranks=int(spec.get("ranks", 1)),
+            nodes=int(spec.get("nodes", 1)),
+            requeues=requeues,
         )
         executor = make_executor(recipe, registry)
         try:
@@ -331,13 +354,48 @@ def run_job(folder: str | Path) -> str:
         finally:
             executor.close()
     except BaseException as exc:
-        write_json(folder / "state.json", _state("failed", f"{type(exc).__name__}: {exc}"))
+        if job_state(folder).get("state") != "preempted":  # stopped to be requeued: not failed
+            error = f"{type(exc).__name__}: {exc}"
+            write_json(folder / "state.json", _state("failed", error, requeues))
         raise
-    write_json(folder / "state.json", _state("done"))
+    write_json(folder / "state.json", _state("done", requeues=requeues))
     return "done"
 
 
-def _state(state: str, error: str = "") -> dict[str, Any]:
+def run_task(
+    folder: str | Path, rank: int, world: int, local_rank: int, token: str, log: Path
+) -> int:
+    """One task of a job its scheduler started as ``world`` tasks (a Slurm job of ``nodes x
+    tasks``), each a rank of the step (:mod:`mtcore.exec.ranks`): task 0 runs the job
+    (:func:`run_job`), every other one follows it and runs its rank of the command the step
+    publishes, its output appended to ``log`` (somewhere kept: the job folder goes with the
+    finished step). Returns the exit status."""
+    from mtcore.exec.ranks import Task, follow, task_env
+
+    folder = Path(folder)
+    os.environ.update(task_env(rank, world, local_rank, token, folder))
+    if rank == 0:
+        run_job(folder)
+        return 0
+    return follow(Task(rank, world, local_rank, token, folder), log)
+
+
+def requeue_count(folder: Path) -> int:
+    """How many times the job of ``folder`` was stopped and queued again."""
+    return int(job_state(folder).get("requeues", 0))
+
+
+def record_requeue(folder: Path, reason: str) -> int:
+    """Writes that the job stops now to run again later (``preempted``: a driver waits for it
+    instead of failing the step); returns its requeues, this one counted."""
+    requeues = requeue_count(folder) + 1
+    state = _state("preempted", requeues=requeues)
+    state["reason"] = reason
+    write_json(folder / "state.json", state)
+    return requeues
+
+
+def _state(state: str, error: str = "", requeues: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {
         "state": state,
         "host": socket.gethostname(),
@@ -346,6 +404,8 @@ def _state(state: str, error: str = "") -> dict[str, Any]:
     }
     if error:
         out["error"] = error
+    if requeues:
+        out["requeues"] = requeues
     return out
 
 

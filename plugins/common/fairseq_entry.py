@@ -10,6 +10,11 @@ torch's safe (``weights_only``) loader, then runs ``fairseq_cli.train`` with ARG
 ``--nproc N`` > 1 it first starts N copies of itself through torchrun (one per rank).
 ``--label-smoothing`` reaches fairseq only when the chosen criterion has that setting. Nothing
 here imports torch or fairseq at module level.
+
+Where ``MTCORE_SAVE_SIGNAL`` names a signal (the Slurm scheduler sets it: the one sent before a
+job's time limit or on its preemption), that signal or SIGTERM makes the training finish its
+current update, save checkpoint_last.pt (where the epoch's iterator stands) and exit with
+:data:`PREEMPTED_STATUS`; run again, it resumes from there as if never stopped.
 """
 
 from __future__ import annotations
@@ -37,6 +42,67 @@ from mtcore_plugins.common.fairseq_setup import (
 
 MODULE = "mtcore_plugins.common.fairseq_entry"  # __name__ is __main__ under python -m
 WORKER_ARGV = "MTCORE_FAIRSEQ_ARGV"
+SAVE_SIGNAL_ENV = "MTCORE_SAVE_SIGNAL"
+PREEMPTED_STATUS = 75  # EX_TEMPFAIL: saved on a signal, to be resumed
+
+
+def _signalled() -> list[int]:
+    """From now on, the signal ``MTCORE_SAVE_SIGNAL`` names and SIGTERM are noted, not fatal;
+    the list they are noted in (empty where no signal is named)."""
+    import signal
+
+    noted: list[int] = []
+    name = os.environ.get(SAVE_SIGNAL_ENV, "")
+    if not name:
+        return noted
+
+    def note(signum: int, frame: Any) -> None:
+        noted.append(signum)
+
+    for signum in {
+        signal.Signals[name if name.startswith("SIG") else "SIG" + name],
+        signal.SIGTERM,
+    }:
+        signal.signal(signum, note)
+    return noted
+
+
+def _save_and_exit_when_signalled(noted: list[int]) -> None:
+    """After each update (fairseq's ``validate_and_save``), a signal noted by any rank makes
+    every rank stop there: checkpoint_last.pt is saved and the process exits with
+    :data:`PREEMPTED_STATUS`. The ranks agree on it, so all stop after the same update."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq_cli import train
+
+    validate_and_save = train.validate_and_save
+
+    def or_stop(cfg: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        valid_losses, should_stop = validate_and_save(cfg, trainer, *args, **kwargs)
+        stop = bool(noted)
+        if trainer.data_parallel_world_size > 1:
+            import torch
+
+            flag = torch.tensor([float(stop)], device=trainer.device)
+            flag = distributed_utils.all_reduce(
+                flag, group=trainer.data_parallel_process_group, op="max"
+            )
+            stop = bool(flag.item() > 0)
+        if should_stop or not stop:
+            return valid_losses, should_stop
+        epoch_itr = args[1] if len(args) > 1 else kwargs["epoch_itr"]
+        checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, valid_losses[0])
+        logging.getLogger("mtcore").info(
+            "signalled (%s): saved checkpoint_last.pt after update %d; exiting with status %d "
+            "to be resumed",
+            ",".join(str(n) for n in noted) or "another rank",
+            trainer.get_num_updates(),
+            PREEMPTED_STATUS,
+        )
+        sys.stdout.flush()
+        sys.exit(PREEMPTED_STATUS)
+
+    train.validate_and_save = or_stop
 
 
 def _refuse_long_examples() -> None:
@@ -282,6 +348,7 @@ def _train(argv: list[str]) -> None:
     if ours.nproc > 1 and "LOCAL_RANK" not in os.environ:
         _launch(ours.nproc, ["train", *argv])
         return
+    noted = _signalled()
     # fairseq_cli.train's own format, set before any fairseq import can configure the root
     # logger first; the train step parses these lines.
     logging.basicConfig(
@@ -310,6 +377,8 @@ def _train(argv: list[str]) -> None:
         if ours.bleu_tokenize:
             _dev_bleu_tokenized(ours.bleu_tokenize)
     _resumed_batches_as_in_epoch_one()
+    if os.environ.get(SAVE_SIGNAL_ENV):
+        _save_and_exit_when_signalled(noted)
     if "--bf16" in rest and "--tpu" not in rest and torch.cuda.is_available():
         _bf16_on_cuda()
     criterion = _option(rest, "--criterion", "cross_entropy")

@@ -4,11 +4,24 @@ every node shares, at the same path). The driver polls ``squeue`` for its jobs a
 each job wrote of itself; a job outlives the driver, and a new driver re-attaches to it by the
 id recorded in the step's job folder. submitit's files (the job's stdout and stderr among them)
 are in ``logs/steps/<step>-<hash>.slurm/``, beside the step's own log.
+
+A training of N ranks (``resources: {ranks: N, nodes: M}``, or N GPUs) is one job of ``M``
+nodes x ``N / M`` tasks; submitit runs :class:`SlurmTask` in every task: task 0 runs the step,
+the others follow it as ranks (:func:`mtcore.run.jobs.run_task`).
+
+A job signalled before its time limit (``--signal``, submitit's ``signal_delay_s``) or preempted
+(submitit's signal) has its training save where it is (fairseq's checkpoint_last.pt, mid-epoch)
+and is queued again with the same step and hash (:meth:`SlurmTask.checkpoint`), at most
+``requeues`` times; ``state.json`` counts the requeues and the driver keeps waiting for it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -28,12 +41,16 @@ from mtcore.api import (
     job_state,
     largest,
     parse_time,
-    run_job,
     total,
 )
 
+log = logging.getLogger("mtcore")
 INSTALL_HINT = "scheduler 'slurm' needs submitit: pip install 'mtcore[slurm]' (or submitit)"
 ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+ALIVE |= {"REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED"}  # on their way back to the queue
+SIGNAL_DELAY = 90  # seconds between the signal and the time limit (submitit's signal_delay_s)
+SAVE_SIGNAL_ENV = "MTCORE_SAVE_SIGNAL"  # fairseq_entry saves and exits on this signal
+SAVERS = ("fairseq_entry",)  # commands that save on SAVE_SIGNAL_ENV's signal: waited for
 
 
 class SlurmConfig(PluginConfig):
@@ -54,6 +71,13 @@ class SlurmConfig(PluginConfig):
         max_length=50,
         description="further sbatch options, e.g. {constraint: a100, exclusive: ''}",
     )
+    requeues: int = Field(
+        20,
+        ge=0,
+        le=1000,
+        description="times a step's job signalled before its time limit or preempted is queued "
+        "again (its training resumes where it saved); 0: never",
+    )
 
 
 class SlurmScheduler(Scheduler[SlurmConfig]):
@@ -67,6 +91,7 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
         self._watched: dict[str, tuple[str, Path]] = {}  # step id -> (job id, job folder)
         self._workdir = Path(".")
         self._last_poll = 0.0
+        self._requeues: dict[str, int] = {}
 
     def open(self, workdir: Path) -> None:
         try:
@@ -113,18 +138,17 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
         import submitit
 
         folder = job.log.with_suffix(".slurm")
-        executor = submitit.SlurmExecutor(folder=folder, python=sys.executable)
+        executor = submitit.SlurmExecutor(
+            folder=folder, python=sys.executable, max_num_timeout=self.config.requeues
+        )
         res = job.resources
         params: dict[str, Any] = {
             "job_name": f"mtcore-{job.step_id}",
-            "cpus_per_task": res.cpus,
-            "ntasks_per_node": 1,
-            "nodes": 1,
             "time": res.time or parse_time(self.config.time),
             "setup": list(self.config.setup),
+            "signal_delay_s": SIGNAL_DELAY,
+            **task_layout(res),
         }
-        if res.gpus:
-            params["gpus_per_node"] = res.gpus
         if res.memory_gb:
             params["mem"] = f"{int(res.memory_gb * 1024)}M"
         for key in ("partition", "account", "qos"):
@@ -134,7 +158,7 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
         if self.config.additional:
             params["additional_parameters"] = dict(self.config.additional)
         executor.update_parameters(**params)
-        submitted = executor.submit(run_job, str(job.folder))
+        submitted = executor.submit(SlurmTask(str(job.folder), self.config.requeues, str(folder)))
         self._watched[job.step_id] = (str(submitted.job_id), job.folder)
         return str(submitted.job_id)
 
@@ -165,6 +189,9 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
         out = []
         for step_id, (job_id, folder) in list(self._watched.items()):
             state = job_state(folder)
+            self._note_requeues(step_id, job_id, int(state.get("requeues", 0)))
+            if state["state"] == "preempted" and states.get(job_id) not in ALIVE:
+                states[job_id] = _scontrol_state(job_id)  # squeue may miss it while requeued
             if states.get(job_id) in ALIVE and state["state"] not in ("done", "failed"):
                 continue
             if states.get(job_id) in ALIVE:  # finished its work, still tearing down
@@ -178,6 +205,14 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
             out.append(Ended(step_id, error=error))
         return out
 
+    def _note_requeues(self, step_id: str, job_id: str, requeues: int) -> None:
+        if requeues > self._requeues.get(step_id, 0):
+            log.info(
+                "step %s: slurm job %s stopped and queued again (%d of at most %d requeues)",
+                step_id, job_id, requeues, self.config.requeues,
+            )  # fmt: skip
+            self._requeues[step_id] = requeues
+
     def _states(self, job_ids: list[str]) -> dict[str, str]:
         """Slurm's state of each job it still lists (a finished job leaves the list)."""
         found = _call(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T"], check=False)
@@ -189,6 +224,141 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
 
     def describe(self, job_id: str) -> str:
         return f"slurm job {job_id}"
+
+
+def task_layout(res: Resources) -> dict[str, int]:
+    """sbatch's shape of a step: one task, or one task a rank over ``res.nodes`` nodes."""
+    if res.ranks <= 1:
+        out = {"nodes": 1, "ntasks_per_node": 1, "cpus_per_task": res.cpus}
+        if res.gpus:
+            out["gpus_per_node"] = res.gpus
+        return out
+    nodes = max(1, res.nodes)
+    if res.ranks % nodes:
+        raise PluginError(
+            f"scheduler 'slurm': {res.ranks} ranks cannot spread evenly over {nodes} nodes"
+        )
+    out = {
+        "nodes": nodes,
+        "ntasks_per_node": res.ranks // nodes,
+        "cpus_per_task": max(1, res.cpus // res.ranks),
+    }
+    if res.gpus:
+        out["gpus_per_node"] = max(1, res.gpus // nodes)
+    return out
+
+
+class SlurmTask:
+    """What submitit runs in each task of a step's job (pickled, so module-level). Task 0 runs
+    the step; the others are its further ranks. On submitit's signal (the time limit near, or
+    a preemption) :meth:`checkpoint` has the running training save and the job queued again."""
+
+    def __init__(self, folder: str, requeues: int, logs: str) -> None:
+        self.folder = folder
+        self.requeues = requeues  # the most times the job is queued again
+        self.logs = logs  # submitit's folder: a further rank's output goes beside its own
+
+    def __call__(self) -> str:
+        from mtcore.run.jobs import run_task
+
+        env = os.environ
+        token = f"{env.get('SLURM_JOB_ID', '0')}-{env.get('SLURM_RESTART_COUNT', '0')}"
+        env[SAVE_SIGNAL_ENV] = _save_signal().name
+        # a warm start's zygote would die of the signal and take the training with it
+        env["MTCORE_WARM_START"] = "0"
+        rank = int(env.get("SLURM_PROCID", "0"))
+        status = run_task(
+            self.folder,
+            rank,
+            int(env.get("SLURM_NTASKS", "1")),
+            int(env.get("SLURM_LOCALID", "0")),
+            token,
+            Path(self.logs) / f"rank-{rank}.log",
+        )
+        if status:
+            sys.exit(status)
+        return "done"
+
+    def checkpoint(self) -> Any:
+        """Called by submitit's signal handler on task 0 (the job's main thread, while the step
+        waits for its training): forwards the signal to the training, waits until it has saved
+        and exited, records the requeue; submitit then requeues the job and exits."""
+        from submitit.helpers import DelayedSubmission
+
+        from mtcore.run.jobs import record_requeue, requeue_count
+
+        folder = Path(self.folder)
+        stop_savers(_save_signal(), time.monotonic() + SIGNAL_DELAY - 15)
+        if requeue_count(folder) >= self.requeues:
+            raise StepError(
+                f"job {folder.name}: signalled (time limit or preemption) after "
+                f"{self.requeues} requeues, the most the recipe allows (slurm requeues)"
+            )
+        record_requeue(folder, "signalled by Slurm: time limit near or preempted")
+        return DelayedSubmission(self)
+
+
+def _save_signal() -> signal.Signals:
+    """The signal submitit handles (``SUBMITIT_PREEMPT_SIGNAL``, USR2 by default)."""
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+    return signal.Signals[name if name.startswith("SIG") else "SIG" + name]
+
+
+def stop_savers(signum: signal.Signals, deadline: float) -> None:
+    """Sends ``signum`` to this process's descendants that save on it (:data:`SAVERS`) and
+    waits, until ``deadline``, for them to exit; they stay unreaped for their parent's wait."""
+    savers = [pid for pid in _descendants(os.getpid()) if _is_saver(pid)]
+    for pid in savers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+    while any(_alive(pid) for pid in savers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _is_saver(pid: int) -> bool:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return any(name in command for name in SAVERS)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (exited, not yet waited for)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+
+
+def _scontrol_state(job_id: str) -> str:
+    """The job's state as ``scontrol`` tells it ("PENDING" for one queued again); "" when
+    Slurm no longer knows the job."""
+    found = _call(["scontrol", "-o", "show", "job", job_id], check=False)
+    for field in found.split():
+        if field.startswith("JobState="):
+            return field.split("=", 1)[1]
+    return ""
 
 
 def _call(cmd: list[str], check: bool = True) -> str:
