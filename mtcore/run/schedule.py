@@ -112,18 +112,29 @@ def simulate(
     their resources fit in what is free (a step asking more CPUs than there are runs alone)."""
     priority = remaining_paths(plan, cost)
     order = {p.id: i for i, p in enumerate(plan)}
-    waiting = {p.id: set(p.deps) & set(order) for p in plan}
+    waiting = {p.id: {d for d in p.deps if d in order} for p in plan}
+    children: dict[str, list[str]] = {p.id: [] for p in plan}
+    for step_id, deps in waiting.items():
+        for dep in deps:
+            children[dep].append(step_id)
+    # what each step holds, as plain numbers (this loop runs thousands of times in a plan)
+    held_by = {}
+    for step_id in order:
+        need = fitted(needs[step_id], capacity)
+        held_by[step_id] = (need.cpus, need.gpus, need.memory_gb)
     ready = [(-priority[i], order[i], i) for i, deps in waiting.items() if not deps]
     heapq.heapify(ready)
     running: list[tuple[float, str]] = []
-    free, now, starts = capacity, 0.0, {}
+    cpus, gpus, memory = capacity.cpus, capacity.gpus, capacity.memory_gb
+    now, starts = 0.0, {}
     while ready or running:
         held = []
         while ready:
             item = heapq.heappop(ready)
-            need = fitted(needs[item[2]], capacity)
-            if need.fits(free):
-                free = free.minus(need)
+            c, g, m = held_by[item[2]]
+            if c <= cpus and g <= gpus and (not m or not memory or m <= memory):
+                cpus, gpus = cpus - c, gpus - g
+                memory = memory - m if memory else 0.0
                 starts[item[2]] = now
                 heapq.heappush(running, (now + cost[item[2]], item[2]))
             else:
@@ -133,12 +144,13 @@ def simulate(
         if not running:
             break
         now, done = heapq.heappop(running)
-        free = free.plus(fitted(needs[done], capacity))
-        for planned in plan:
-            if done in waiting[planned.id]:
-                waiting[planned.id].discard(done)
-                if not waiting[planned.id]:
-                    heapq.heappush(ready, (-priority[planned.id], order[planned.id], planned.id))
+        c, g, m = held_by[done]
+        cpus, gpus = cpus + c, gpus + g
+        memory = memory + m if memory else 0.0
+        for child in children[done]:
+            waiting[child].discard(done)
+            if not waiting[child]:
+                heapq.heappush(ready, (-priority[child], order[child], child))
     critical = max(priority.values(), default=0.0)
     return Simulated(now, critical, sum(cost.values()), starts)
 
@@ -176,6 +188,7 @@ NODE_EFFICIENCY = 0.97
 CLUSTER_EFFICIENCY = 0.95
 GPUS_PER_NODE = 8
 REFINE = 60  # simulations in choose_widths' second phase
+DESCENT_PASSES = 4  # at most, over the classes' caps
 
 
 @dataclass(frozen=True)
@@ -425,15 +438,30 @@ def mold(
     options: dict[tuple[int, float, float], set[int]] = {}
     for step_id, key in klass.items():
         options.setdefault(key, set()).update(choices[step_id])
-    for _ in range(2):
+
+    def area(trial: dict[str, Resources], trial_cost: dict[str, float]) -> float:
+        return sum(trial_cost[s] * trial[s].gpus for s in trial_cost)
+
+    best_area = area(out, best_cost)
+    for _ in range(DESCENT_PASSES):
+        moved = False
         for key in sorted(options):
             for width in sorted(options[key]):
                 if width == caps[key]:
                     continue
                 span, trial, trial_cost = capped({**caps, key: width})
-                if span < best_span * (1 - 1e-9):
+                # a shorter schedule, or as short with less GPU time (a narrower training
+                # off the critical path leaves GPUs to the others)
+                shorter = span < best_span * (1 - 1e-9)
+                if shorter or (
+                    span <= best_span * (1 + 1e-9) and area(trial, trial_cost) < best_area
+                ):
                     best_span, out, best_cost = span, trial, trial_cost
+                    best_area = area(trial, trial_cost)
                     caps = {**caps, key: width}
+                    moved = True
+        if not moved:
+            break
     return Widths(out, best_cost)
 
 
