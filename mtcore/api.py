@@ -179,6 +179,10 @@ if TYPE_CHECKING:
         safe_torch_loads as safe_torch_loads,
         tail as tail,
     )
+    from mtcore.exec.ranks import (
+        current_task as current_task,
+        publish_ranks as publish_ranks,
+    )
     from mtcore.exec.shards import (
         AppendLog as AppendLog,
         map_shards as map_shards,
@@ -198,7 +202,10 @@ if TYPE_CHECKING:
     from mtcore.run.jobs import (
         job_command as job_command,
         job_state as job_state,
+        record_requeue as record_requeue,
+        requeue_count as requeue_count,
         run_job as run_job,
+        run_task as run_task,
     )
     from mtcore.run.resources import (
         Resources as Resources,

@@ -11,7 +11,7 @@ group of N bundles) runs the step in rank 0's task, the *leader*, and has every 
   sees (the step's job folder on the shared workdir), ``MTCORE_RANK_ADDR``: optionally, the
   leader's address as the others reach it;
 
-and the leader's step, once it knows its command, publishes it (:func:`publish`) with the
+and the leader's step, once it knows its command, publishes it (:func:`publish_ranks`) with the
 rendezvous address: its own node, a free port. Each follower (:func:`follow`) waits for it, runs
 the same command as its rank and exits with its status. torch.distributed's ``env://``
 rendezvous (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``) then joins them: NCCL on
@@ -50,7 +50,7 @@ class Task:
         return self.folder / f"ranks-{self.token}.json"
 
 
-def current() -> Task | None:
+def current_task() -> Task | None:
     """The task this process is, from the scheduler's environment; None when no scheduler
     placed ranks (the step starts its own, if any)."""
     if WORLD not in os.environ or int(os.environ[WORLD]) <= 1:
@@ -104,7 +104,7 @@ def rank_env(rank: int, world: int, local_rank: int, addr: str, port: int) -> di
     }
 
 
-def publish(task: Task, cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, str]:
+def publish_ranks(task: Task, cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, str]:
     """The leader's half: writes its command for the followers; returns the environment rank 0
     runs it with."""
     addr, port = leader_address(), free_port()

@@ -363,17 +363,27 @@ def run_job(folder: str | Path) -> str:
 
 
 def run_task(
-    folder: str | Path, rank: int, world: int, local_rank: int, token: str, log: Path
+    folder: str | Path,
+    rank: int,
+    world: int,
+    local_rank: int,
+    token: str,
+    log: Path,
+    leader_address: str = "",
 ) -> int:
     """One task of a job its scheduler started as ``world`` tasks (a Slurm job of ``nodes x
     tasks``), each a rank of the step (:mod:`mtcore.exec.ranks`): task 0 runs the job
     (:func:`run_job`), every other one follows it and runs its rank of the command the step
     publishes, its output appended to ``log`` (somewhere kept: the job folder goes with the
-    finished step). Returns the exit status."""
-    from mtcore.exec.ranks import Task, follow, task_env
+    finished step). ``leader_address``: task 0's address as the others reach it, where the
+    scheduler knows it better than the host's name does (a Ray node's IP). Returns the exit
+    status."""
+    from mtcore.exec.ranks import ADDR, Task, follow, task_env
 
     folder = Path(folder)
     os.environ.update(task_env(rank, world, local_rank, token, folder))
+    if leader_address:
+        os.environ[ADDR] = leader_address
     if rank == 0:
         run_job(folder)
         return 0

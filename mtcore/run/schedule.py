@@ -439,10 +439,10 @@ def mold(
     for step_id, key in klass.items():
         options.setdefault(key, set()).update(choices[step_id])
 
-    def area(trial: dict[str, Resources], trial_cost: dict[str, float]) -> float:
+    def gpu_time(trial: dict[str, Resources], trial_cost: dict[str, float]) -> float:
         return sum(trial_cost[s] * trial[s].gpus for s in trial_cost)
 
-    best_area = area(out, best_cost)
+    best_area = gpu_time(out, best_cost)
     for _ in range(DESCENT_PASSES):
         moved = False
         for key in sorted(options):
@@ -454,10 +454,10 @@ def mold(
                 # off the critical path leaves GPUs to the others)
                 shorter = span < best_span * (1 - 1e-9)
                 if shorter or (
-                    span <= best_span * (1 + 1e-9) and area(trial, trial_cost) < best_area
+                    span <= best_span * (1 + 1e-9) and gpu_time(trial, trial_cost) < best_area
                 ):
                     best_span, out, best_cost = span, trial, trial_cost
-                    best_area = area(trial, trial_cost)
+                    best_area = gpu_time(trial, trial_cost)
                     caps = {**caps, key: width}
                     moved = True
         if not moved:

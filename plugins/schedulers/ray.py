@@ -97,25 +97,19 @@ class RankActor:
     (:mod:`mtcore.exec.ranks`). Its line in ``log`` says on which node it ran. It is not ended
     here: the scheduler removes the placement group, and its actors with it."""
 
-    def run(self, folder: str, env: dict[str, str], log: str) -> object:
+    def run(self, folder: str, rank: int, world: int, token: str, log: str) -> object:
         import ray
 
-        from mtcore.api import run_job
-        from mtcore.exec.ranks import ADDR, RANK, current, follow
+        from mtcore.api import run_task
 
-        os.environ.update(env)
-        rank = int(env[RANK])
-        if rank == 0:  # the rendezvous is on rank 0's node, at the address the others reach
-            os.environ[ADDR] = ray.util.get_node_ip_address()
+        address = ray.util.get_node_ip_address()
         node = ray.get_runtime_context().get_node_id()
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as out:
-            out.write(f"rank {rank} on ray node {node} ({ray.util.get_node_ip_address()})\n")
-        if rank == 0:
-            return run_job(folder)
-        task = current()
-        assert task is not None
-        return follow(task, Path(log))
+            out.write(f"rank {rank} on ray node {node} ({address})\n")
+        # each actor sees only its own GPUs (Ray sets CUDA_VISIBLE_DEVICES): local rank 0; the
+        # rendezvous is on rank 0's node, at the address the others reach
+        return run_task(folder, rank, world, 0, token, Path(log), leader_address=address)
 
 
 @dataclass
@@ -219,8 +213,6 @@ class RayScheduler(Scheduler[RaySchedulerConfig]):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from mtcore.exec.ranks import task_env
-
         res, world = job.resources, job.resources.ranks
         bundle = rank_bundle(res)
         leader = name if attempt == 0 else f"{name}.try{attempt}"
@@ -246,10 +238,9 @@ class RayScheduler(Scheduler[RaySchedulerConfig]):
             }
             if "memory" in bundle:
                 options["memory"] = bundle["memory"]
-            # each actor sees only its own GPUs (Ray sets CUDA_VISIBLE_DEVICES): device 0
-            env = task_env(rank, world, 0, token, job.folder)
             actor: Any = ray.remote(RankActor).options(**options).remote()
-            refs.append(actor.run.remote(str(job.folder), env, str(rank_log(job, rank))))
+            log = str(rank_log(job, rank))
+            refs.append(actor.run.remote(str(job.folder), rank, world, token, log))
         return Ranks(job, leader, attempt, group, refs)
 
     def attach(self, job: Job, record: dict[str, Any]) -> bool:

@@ -259,7 +259,7 @@ class SlurmTask:
         self.logs = logs  # submitit's folder: a further rank's output goes beside its own
 
     def __call__(self) -> str:
-        from mtcore.run.jobs import run_task
+        from mtcore.api import run_task
 
         env = os.environ
         token = f"{env.get('SLURM_JOB_ID', '0')}-{env.get('SLURM_RESTART_COUNT', '0')}"
@@ -285,7 +285,7 @@ class SlurmTask:
         and exited, records the requeue; submitit then requeues the job and exits."""
         from submitit.helpers import DelayedSubmission
 
-        from mtcore.run.jobs import record_requeue, requeue_count
+        from mtcore.api import record_requeue, requeue_count
 
         folder = Path(self.folder)
         stop_savers(_save_signal(), time.monotonic() + SIGNAL_DELAY - 15)

@@ -23,11 +23,12 @@ from mtcore.api import (
     Step,
     StepContext,
     StepError,
+    current_task,
+    publish_ranks,
     run_logged,
     thread_count,
     write_artifact_meta,
 )
-from mtcore.exec.ranks import current as current_task, publish
 from mtcore_plugins.common.checkpoints import (
     average_checkpoints,
     best_entries,
@@ -168,7 +169,7 @@ class TrainStep(Step[TrainConfig]):
                         f"{ctx.step_id}: the scheduler started {task.world} ranks for a width "
                         f"of {ranks}"
                     )
-                env = publish(task, cmd, env, Path.cwd())
+                env = publish_ranks(task, cmd, env, Path.cwd())
             # one CPU process: a warm fork; several (torch.distributed), or CUDA (a fork of a
             # process that may have touched the driver), start cold
             warm = ranks == 1 and self._gpus == 0
