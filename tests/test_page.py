@@ -77,7 +77,7 @@ def workdir_mid_run(work: Path) -> Path:
     counts = {"pairs_in": 1000, "dropped.length": 100, "dropped.langid": 50, "dropped.dedup": 0,
               "pairs_out": 850}  # fmt: skip
     manifest = {"id": "clean", "kind": "clean", "counts": counts, "metrics": {}, "seconds": 2.5,
-                "files": {"corpus/corpus.en": [4000, 0]}}  # fmt: skip
+                "files": {"corpus/corpus.en": [4000, 0]}, "requeues": 2}  # fmt: skip
     (clean / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     (clean / "rejects" / "length.tsv").write_text(
         f"{HOSTILE}\tファイルが見つかりません\nshort\t短い\n", encoding="utf-8"
@@ -121,6 +121,7 @@ def test_page_during_a_run_shows_curves_so_far_funnel_and_rejects(registry, tmp_
     assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)" in text
     assert "ファイルが見つかりません" in text and ">412 3<" in text
     assert "850 of 1,000 pairs kept (85.0 %)" in text
+    assert "complete (requeued 2x)" in text  # its Slurm job was stopped twice and queued again
     assert ">train</a> (running: so far)" in text
     # the loss chart: three lines (train/loss, valid/loss, epoch/loss), train/loss at 4 updates
     assert re.search(r"train/loss @ 30: 7\.99<", text) and "train/loss @ 30: 7.995" not in text

@@ -295,6 +295,7 @@ class Driver:
                 planned.spec.kind,
                 scheduler.describe(job_id),
                 lambda: planned.spec.plugin.live(work),
+                folder=folder,
             )
 
     def _execute_here(self, planned: PlannedStep, key: str, need: Resources) -> dict[str, Any]:

@@ -717,6 +717,8 @@ def steps_section(data: PageData) -> str:
         cache = {"ran": "ran", "cached": "from cache", "done": "complete"}.get(view.status, "")
         if m.get("resumed"):
             cache += " (resumed)"
+        if m.get("requeues"):  # its job stopped at a time limit or a preemption, queued again
+            cache += f" (requeued {int(m['requeues'])}x)"
         link = ""
         if view.curves:
             link = f' <a href="#{_anchor(view.id, "curves")}">curves</a>'
