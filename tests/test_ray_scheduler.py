@@ -216,6 +216,7 @@ def test_two_ranks_on_two_nodes_train_as_one_rank_does(cluster, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI's budget: make test-long (issue 67)
 def test_a_lost_node_leaves_the_training_to_finish_on_the_head(tmp_path):
     """The second node killed (its raylet, workers and rank 1 at once) after the 2-rank
     training saved a checkpoint: rank 0's training fails, the scheduler removes the group

@@ -205,6 +205,7 @@ def wait_for(condition, seconds, what):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI's budget: make test-long (issue 67)
 @pytest.mark.usefixtures("slurm_cluster", "uncapped")
 def test_a_preempted_training_saves_is_requeued_and_resumes_to_the_same_model(tmp_path):
     """submitit's signal (what Slurm sends a job before its time limit or on preemption) sent
@@ -239,7 +240,8 @@ def test_a_preempted_training_saves_is_requeued_and_resumes_to_the_same_model(tm
     assert model_hash(work) == model_hash(tmp_path / "through")
 
 
-@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.long  # CI's budget: make test-long (issue 67)
 @pytest.mark.usefixtures("slurm_cluster", "uncapped")
 def test_a_training_longer_than_its_time_limit_finishes_through_requeues(tmp_path):
     """``resources: {time: 2}`` (minutes) for a training of several minutes: Slurm signals the
