@@ -189,6 +189,7 @@ CLUSTER_EFFICIENCY = 0.95
 GPUS_PER_NODE = 8
 REFINE = 60  # simulations in choose_widths' second phase
 DESCENT_PASSES = 4  # at most, over the classes' caps
+CHAIN_ROUNDS = 100  # at most, widening the schedule's last chain
 
 
 @dataclass(frozen=True)
@@ -462,7 +463,66 @@ def mold(
                     moved = True
         if not moved:
             break
-    return Widths(out, best_cost)
+    return _widen_late_chain(plan, choices, needs, capacity, scaling, cost_at_1, out, best_cost)
+
+
+def _widen_late_chain(
+    plan: list[PlannedStep],
+    choices: dict[str, list[int]],
+    needs: dict[str, Resources],
+    capacity: Resources,
+    scaling: Scaling,
+    cost_at_1: dict[str, float],
+    out: dict[str, Resources],
+    cost: dict[str, float],
+) -> Widths:
+    """A last pass on the schedule itself: the chain of steps that ends last in the simulated
+    schedule (each step's dependency that finished last before it started), its moldable
+    trainings widened one valid width at a time, the one that shortens the schedule most
+    kept, while one does (at most ``CHAIN_ROUNDS``). The static critical path (above) is not
+    the schedule's: where the GPUs are busy a step waits for them, not for its inputs."""
+    by_id = {p.id: p for p in plan}
+    out, cost = dict(out), dict(cost)
+    result = simulate(plan, cost, out, capacity)
+    for _ in range(CHAIN_ROUNDS):
+        end = {k: result.starts[k] + cost[k] for k in result.starts}
+        if not end:
+            break
+        chain: list[str] = []
+        step: str | None = max(end, key=end.__getitem__)
+        while step is not None:
+            chain.append(step)
+            deps = [d for d in by_id[step].deps if d in end]
+            step = max(deps, key=end.__getitem__) if deps else None
+        best: tuple[float, dict[str, Resources], dict[str, float]] | None = None
+        for candidate in chain:
+            if candidate not in choices:
+                continue
+            wider = [w for w in choices[candidate] if w > out[candidate].gpus]
+            if not wider:
+                continue
+            # alone, and with its twins (trainings of its size at its width, which end as late
+            # side by side: HW-TSC's fine-tunings of four seeds)
+            twins = [
+                t
+                for t in choices
+                if out[t].gpus == out[candidate].gpus
+                and f"{cost_at_1[t]:.3g}" == f"{cost_at_1[candidate]:.3g}"
+                and wider[0] in choices[t]
+            ]
+            for group in ([candidate], twins) if len(twins) > 1 else ([candidate],):
+                trial_out, trial_cost = dict(out), dict(cost)
+                for t in group:
+                    trial_out[t] = needs[t].at_width(wider[0], scaling.gpus_per_node)
+                    trial_cost[t] = scaling.seconds(cost_at_1[t], wider[0])
+                span = simulate(plan, trial_cost, trial_out, capacity).makespan
+                if span < result.makespan * (1 - 1e-9) and (best is None or span < best[0]):
+                    best = (span, trial_out, trial_cost)
+        if best is None:
+            break
+        _, out, cost = best
+        result = simulate(plan, cost, out, capacity)
+    return Widths(out, cost)
 
 
 @dataclass
