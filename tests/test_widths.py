@@ -131,28 +131,28 @@ def _seconds(text: str) -> float:
     return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (d|h|min|s)\b", text)))
 
 
-def test_nt5_paper_on_64_gpus_within_four_days_and_its_bound(tmp_path):
-    result = CliRunner().invoke(
-        cli,
-        [
-            "plan",
-            str(REPO / "recipes/nt5.yaml"),
-            "-p",
-            "paper",
-            "--slots",
-            "gpu=64",
-            "-w",
-            str(tmp_path),
-        ],
-        obj={},
-    )
+@pytest.mark.parametrize("name", ["nt5", "yishu", "xiaomi", "hwtsc"])
+def test_paper_graphs_on_64_gpus_plan_within_their_bound(name, tmp_path):
+    """Issue 67's targets: each paper graph on 64 H100s within 1.25x of its lower bound, NT5
+    in at most four days (it planned 16 d 11 h with one GPU a training)."""
+    extra = []
+    if name == "yishu":  # its CCMT corpus is registered for: empty files suffice to plan
+        ccmt = tmp_path / "ccmt"
+        ccmt.mkdir()
+        (ccmt / "ccmt.en").touch()
+        (ccmt / "ccmt.zh").touch()
+        extra = ["--set", f"vars.ccmt_dir={ccmt}"]
+    work = tmp_path / "work"
+    args = ["plan", str(REPO / f"recipes/{name}.yaml"), "-p", "paper", *extra]
+    result = CliRunner().invoke(cli, [*args, "--slots", "gpu=64", "-w", str(work)], obj={})
     assert result.exit_code == 0, result.output
     makespan = re.search(r"makespan on gpu=64: ([^;\n]+)", result.output)
     ratio = re.search(r"makespan / bound (\d+\.\d+)", result.output)
     assert makespan and ratio, result.output
-    assert _seconds(makespan.group(1)) <= 4 * 86400, result.output
     assert float(ratio.group(1)) <= 1.25, result.output
     assert "chosen by CPA and MCPA" in result.output
+    if name == "nt5":
+        assert _seconds(makespan.group(1)) <= 4 * 86400, result.output
 
 
 def _needs(settings: dict[str, Any], spec: dict[str, Any]) -> Resources:
