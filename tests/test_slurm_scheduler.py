@@ -245,8 +245,8 @@ def test_a_preempted_training_saves_is_requeued_and_resumes_to_the_same_model(tm
 @pytest.mark.usefixtures("slurm_cluster", "uncapped")
 def test_a_training_longer_than_its_time_limit_finishes_through_requeues(tmp_path):
     """``resources: {time: 2}`` (minutes) for a training of several minutes: Slurm signals the
-    job 90 s before each limit, the training saves, the job is queued again, as often as it
-    takes; the model is the uninterrupted training's."""
+    job 30 s before each limit (a quarter of it), the training saves, the job is queued again,
+    as often as it takes; the model is the uninterrupted training's."""
     train = {"max_update": MANY_UPDATES, "save_interval_updates": 50, "keep_last": 2,
              "average_last": 2, "log_interval": 10}  # fmt: skip
     slurm = {"name": "slurm", "poll_seconds": 1, "requeues": 20}
@@ -263,6 +263,6 @@ def test_a_training_longer_than_its_time_limit_finishes_through_requeues(tmp_pat
 
 
 # about 5 minutes of the micro model on one CPU (some 40 updates a second here); fewer through
-# MTCORE_TEST_REQUEUE_UPDATES for a quicker look (each 2-minute job trains 15 to 60 s of it:
-# Slurm sends the signal up to a minute early)
+# MTCORE_TEST_REQUEUE_UPDATES for a quicker look (each 2-minute job trains 30 to 90 s of it:
+# Slurm sends the signal up to a minute before the 30 s it is asked for)
 MANY_UPDATES = int(os.environ.get("MTCORE_TEST_REQUEUE_UPDATES", "12000"))

@@ -79,13 +79,19 @@ class CostModel:
         return self.data_seconds
 
 
-def remaining_paths(plan: list[PlannedStep], cost: dict[str, float]) -> dict[str, float]:
-    """Each step's cost plus the longest chain of costs of the steps that depend on it."""
+def dependents(plan: list[PlannedStep]) -> dict[str, list[str]]:
+    """Each step's steps that wait for it (dependencies outside ``plan`` left out)."""
     children: dict[str, list[str]] = {p.id: [] for p in plan}
     for planned in plan:
         for dep in planned.deps:
             if dep in children:
                 children[dep].append(planned.id)
+    return children
+
+
+def remaining_paths(plan: list[PlannedStep], cost: dict[str, float]) -> dict[str, float]:
+    """Each step's cost plus the longest chain of costs of the steps that depend on it."""
+    children = dependents(plan)
     out: dict[str, float] = {}
     for planned in reversed(plan):  # the plan is in dependency order
         tail = max((out[c] for c in children[planned.id]), default=0.0)
@@ -113,10 +119,7 @@ def simulate(
     priority = remaining_paths(plan, cost)
     order = {p.id: i for i, p in enumerate(plan)}
     waiting = {p.id: {d for d in p.deps if d in order} for p in plan}
-    children: dict[str, list[str]] = {p.id: [] for p in plan}
-    for step_id, deps in waiting.items():
-        for dep in deps:
-            children[dep].append(step_id)
+    children = dependents(plan)
     # what each step holds, as plain numbers (this loop runs thousands of times in a plan)
     held_by = {}
     for step_id in order:
@@ -302,12 +305,7 @@ def mold(
     over the GPUs there are (T_CP > T_A), the step on the critical path whose next valid width
     saves most seconds is widened. The list schedule (:func:`simulate`) then places them."""
     scaling = scaling or Scaling()
-    ids = {p.id for p in plan}
-    children: dict[str, list[str]] = {p.id: [] for p in plan}
-    for planned in plan:
-        for dep in planned.deps:
-            if dep in ids:
-                children[dep].append(planned.id)
+    children = dependents(plan)
     choices: dict[str, list[int]] = {}
     for planned in plan:
         need = needs[planned.id]
@@ -547,12 +545,7 @@ def lower_bound(
     scaling: Scaling | None = None,
 ) -> Bound:
     scaling = scaling or Scaling()
-    ids = {p.id for p in plan}
-    children: dict[str, list[str]] = {p.id: [] for p in plan}
-    for planned in plan:
-        for dep in planned.deps:
-            if dep in ids:
-                children[dep].append(planned.id)
+    children = dependents(plan)
     widest: dict[str, float] = {}
     area = 0.0
     for planned in plan:

@@ -146,7 +146,7 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
             "job_name": f"mtcore-{job.step_id}",
             "time": res.time or parse_time(self.config.time),
             "setup": list(self.config.setup),
-            "signal_delay_s": SIGNAL_DELAY,
+            "signal_delay_s": signal_delay(res.time or parse_time(self.config.time)),
             **task_layout(res),
         }
         if res.memory_gb:
@@ -296,6 +296,13 @@ class SlurmTask:
             )
         record_requeue(folder, "signalled by Slurm: time limit near or preempted")
         return DelayedSubmission(self)
+
+
+def signal_delay(minutes: int) -> int:
+    """Seconds before the time limit that the job is signalled: ``SIGNAL_DELAY``, or a quarter
+    of a short limit (at least 30 s), so that a job of a few minutes still trains most of its
+    time between requeues (Slurm may signal up to a minute before the asked time)."""
+    return max(30, min(SIGNAL_DELAY, minutes * 60 // 4))
 
 
 def _save_signal() -> signal.Signals:
