@@ -1,7 +1,7 @@
 """The scheduler against the sequential runner on the README's main job: the NT5 recipe at its
-default profile, run twice from empty workdirs in one bench run, once with ``--slots cpu=1``
-(one step at a time, what the runner did before issue 42) and once as ``make nt5`` runs it
-(slots from the machine's cores). Printed: each run's wall seconds, the ratio, the load
+default profile, run twice from empty workdirs in one bench run, once with ``--slots steps=1``
+(one step at a time, each with every core its settings use: what the runner did before issue
+42) and once as ``make nt5`` runs it (slots from the machine's cores). Printed: each run's wall seconds, the ratio, the load
 average while each ran, and whether every step's output hashes (the manifests' ``outputs``)
 are the same in both.
 
@@ -84,10 +84,10 @@ def main() -> None:
     for name in args.order.split(","):
         work = base / name
         shutil.rmtree(work, ignore_errors=True)
-        slots = "cpu=1" if name == "sequential" else None
+        slots = "steps=1" if name == "sequential" else None
         seconds, load, cpu, lost = run(args.recipe, args.profile, work, slots)
         results[name] = (seconds, load, outputs(work))
-        how = "--slots cpu=1" if slots else f"{len(os.sched_getaffinity(0))} cores"
+        how = f"--slots {slots}" if slots else f"{len(os.sched_getaffinity(0))} cores"
         print(
             f"{name:10} {seconds:8.1f} s   load average {load:.2f}   CPU {cpu:.0f} s"
             f" ({cpu / seconds:.2f} cores busy)   steal {lost:.0%}   ({how})",

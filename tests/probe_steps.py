@@ -78,6 +78,49 @@ class WaitStep(Step):
         with open(out / "probe.log", "a") as handle:
             handle.write(json.dumps(record) + "\\n")
         write_artifact_meta(out, type="files")
+
+
+def probe_task(task):
+    """One task of probe_shards, in an executor worker: sleeps, says when and where."""
+    index, seconds = task
+    start = time.time()
+    time.sleep(seconds)
+    return {"index": index, "pid": os.getpid(), "start": start, "end": time.time()}
+
+
+class ShardsConfig(PluginConfig):
+    tasks: int = Field(4, ge=1, le=100, description="tasks through the executor")
+    seconds: float = Field(0.3, ge=0, le=60, description="how long each task waits")
+    value: str = Field("", max_length=100, description="what to write")
+
+
+class ShardsStep(Step):
+    """Maps ``tasks`` waits over ``ctx.executor``; records the executor's width and the
+    most tasks that ran at once."""
+
+    name = "probe_shards"
+    Config = ShardsConfig
+    parallel = True
+    inputs: ClassVar[dict[str, bool]] = {"*": False}
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
+
+    def run(self, ctx):
+        out = ctx.output("out")
+        started = time.time()
+        tasks = [(i, self.config.seconds) for i in range(self.config.tasks)]
+        done = list(ctx.executor.map(probe_task, tasks))
+        edges = sorted([(d["start"], 1) for d in done] + [(d["end"], -1) for d in done])
+        most = now = 0
+        for _, step in edges:
+            now += step
+            most = max(most, now)
+        (out / "value.txt").write_text(self.config.value + ":" + ",".join(
+            str(d["index"]) for d in done))
+        record = {"step": ctx.step_id, "start": started, "end": time.time(),
+                  "workers": ctx.executor.workers, "at_once": most}
+        with open(out / "probe.log", "a") as handle:
+            handle.write(json.dumps(record) + "\\n")
+        write_artifact_meta(out, type="files")
 '''
 
 
@@ -92,6 +135,7 @@ def install(root: Path) -> Path:
     )
     (info / "entry_points.txt").write_text(
         "[mtcore.steps]\nprobe_wait = mtcore_probe_steps:WaitStep\n"
+        "probe_shards = mtcore_probe_steps:ShardsStep\n"
     )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))

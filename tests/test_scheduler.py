@@ -87,6 +87,42 @@ def test_ready_steps_run_side_by_side_to_the_same_outputs(registry, tmp_path):
         assert len(logs) == 1 and "done in" in logs[0].read_text(), step
 
 
+def shards(value: str, **more: Any) -> dict[str, Any]:
+    return {"kind": "probe_shards", "value": value, "tasks": 4, "seconds": 0.4, **more}
+
+
+def test_a_step_holds_the_cpus_its_executor_tasks_use(registry, tmp_path):
+    """A step that spreads tasks over the executor's 2 workers holds 2 CPUs alone and runs 2
+    tasks at once; two such steps ready together on 2 CPUs are given one each and run one task
+    at a time each, side by side (never 4 workers' tasks on 2 cores); ``steps=1`` runs one
+    step at a time at full width. The outputs are the same every way."""
+    two_ready = {"a": shards("a"), "b": shards("b")}
+    doc = {**recipe(two_ready), "executor": {"workers": 2}}
+    side = run(registry, doc, tmp_path / "side", slots={"cpu": 2})
+    found = probe_steps.records(tmp_path / "side")
+    assert overlap(found["a"], found["b"])
+    assert [found[s]["workers"] for s in "ab"] == [1, 1]
+    assert [found[s]["at_once"] for s in "ab"] == [1, 1]
+    one = run(registry, doc, tmp_path / "one", slots={"cpu": 2, "steps": 1})
+    found = probe_steps.records(tmp_path / "one")
+    assert not overlap(found["a"], found["b"])
+    assert [found[s]["workers"] for s in "ab"] == [2, 2]
+    assert [found[s]["at_once"] for s in "ab"] == [2, 2]
+    chain = {"a": shards("a"), "b": {**shards("b"), "inputs": {"x": "a"}}}
+    run(registry, {**doc, "steps": chain}, tmp_path / "chain", slots={"cpu": 2})
+    assert probe_steps.records(tmp_path / "chain")["a"]["at_once"] == 2  # alone: both workers
+    narrow = run(registry, doc, tmp_path / "narrow", slots={"cpu": 1})
+    found = probe_steps.records(tmp_path / "narrow")
+    assert not overlap(found["a"], found["b"])
+    assert [found[s]["at_once"] for s in "ab"] == [1, 1]
+    fixed = {**doc, "resources": {"probe_shards": {"cpus": 1}}}  # the recipe's cpus hold
+    run(registry, fixed, tmp_path / "fixed", slots={"cpu": 2})
+    assert probe_steps.records(tmp_path / "fixed")["a"]["workers"] == 2
+    for step in "ab":
+        assert side.manifest(step)["outputs"] == one.manifest(step)["outputs"], step
+        assert side.manifest(step)["outputs"] == narrow.manifest(step)["outputs"], step
+
+
 def test_longest_remaining_path_starts_first(registry, tmp_path):
     """One slot, two ready steps: the one with a chain of work behind it goes first, though
     it comes first in neither the recipe nor the alphabet."""
@@ -198,7 +234,10 @@ def test_mtcore_slots_caps_runs_that_pass_none(registry, tmp_path, monkeypatch):
 
 def test_slots_are_parsed_and_bad_ones_named():
     assert parse_slots("cpu=4,gpu=2") == {"cpu": 4, "gpu": 2}
-    with pytest.raises(MtcoreError, match=r"'tpu=2' is not cpu=N or gpu=N"):
+    assert parse_slots("steps=1") == {"steps": 1}
+    with pytest.raises(MtcoreError, match="steps must be at least 1"):
+        parse_slots("cpu=2,steps=0")
+    with pytest.raises(MtcoreError, match=r"'tpu=2' is not cpu=N, gpu=N or steps=N"):
         parse_slots("cpu=4,tpu=2")
 
 

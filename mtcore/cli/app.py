@@ -245,8 +245,9 @@ def plan(
 @click.option(
     "--slots",
     default=None,
-    metavar="cpu=N,gpu=M",
-    help="Cap what running steps hold at once (cpu=1: one step at a time).",
+    metavar="cpu=N,gpu=M,steps=K",
+    help="Cap what running steps hold at once (cpu=1: one CPU; steps=1: one step at a time, "
+    "with every CPU).",
 )
 @click.option(
     "--keep-going", is_flag=True, help="After a failure, run every step that does not need it."

@@ -457,6 +457,12 @@ class Executor(Plugin[ConfigT]):
     def map(self, fn: Any, tasks: Any) -> Iterator[Any]:
         raise NotImplementedError
 
+    def narrowed(self, workers: int) -> Executor[Any]:
+        """This executor as one step may use it: at most ``workers`` of its tasks at once (the
+        CPUs the step holds), sharing its workers with the steps beside it. By default the
+        executor itself (one that does not run on the step's CPUs: a Ray cluster)."""
+        return self
+
     def close(self) -> None:
         """Release workers."""
 

@@ -141,6 +141,11 @@ class Step(Plugin[ConfigT]):
     inputs: ClassVar[dict[str, bool]] = {}
     outputs: ClassVar[tuple[str, ...]] = ("out",)
     trains: ClassVar[bool] = False  # trains a model: comparisons report its seconds as training
+    parallel: ClassVar[bool] = False
+    """Spreads its work over ``ctx.executor``'s workers (shards of a corpus), so that its output
+    does not depend on how many run at once. On the local scheduler such a step holds its
+    threads times the executor's workers, and may be given fewer: it then runs as many tasks
+    side by side as it holds CPUs for (:meth:`mtcore.contracts.plugin.Executor.narrowed`)."""
     fetches: ClassVar[bool] = False
     """Turns one of a recipe's ``data`` entries into a corpus: the recipe builds a step of the
     one installed kind that says so for each entry (settings ``source``, ``config``, and any of

@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -100,6 +101,20 @@ def step_needs(runner: Runner, planned: PlannedStep) -> Resources:
     return need
 
 
+def with_tasks(runner: Runner, planned: PlannedStep, need: Resources, workers: int) -> Resources:
+    """A step that spreads its work over the executor (``Step.parallel``) holds its threads
+    for each of the executor's ``workers``, and may be given fewer of them; a recipe that sets
+    its ``cpus`` fixes them."""
+    table = runner.recipe.head.resources
+    fixed = any(
+        spec is not None and spec.cpus is not None
+        for spec in (table.get(k) for k in ("default", planned.spec.kind, planned.id))
+    )
+    if fixed or workers < 2 or need.distributed or not type(planned.spec.plugin).parallel:
+        return need
+    return replace(need, cpus=need.cpus * workers, cpus_min=need.cpus)
+
+
 def capped(slots: Resources, caps: dict[str, int]) -> Resources:
     return Resources(
         cpus=min(slots.cpus, caps.get("cpu", slots.cpus)),
@@ -160,6 +175,13 @@ class Driver:
             # a step asking more CPU threads than a place has runs with all of one place's
             self.most = Resources(min(place.cpus, self.slots.cpus), self.slots.gpus)
             self.needs = {p.id: step_needs(runner, p) for p in self.plan}
+            executor = self._shared_executor()
+            if not scheduler.remote and executor.narrowed(1) is not executor:
+                # its workers run on these CPUs: a step holds those its tasks use
+                self.needs = {
+                    p.id: with_tasks(runner, p, self.needs[p.id], executor.workers)
+                    for p in self.plan
+                }
             check_fit(self.needs, place, self.slots, f"{scheduler.name} scheduler")
             costs = CostModel.from_workdir(runner.workdir, self.plan)
             if self.slots.gpus and any(n.moldable for n in self.needs.values()):
@@ -238,7 +260,12 @@ class Driver:
             if manifest is not None:
                 self._finished(planned, "cached", manifest)
                 continue
+            if len(self.running) >= self.runner.slots.get("steps", len(self.running) + 1):
+                held.append(item)
+                continue
             need = fitted(self.needs[planned.id], self.most)
+            if need.narrowable:  # as many tasks as leave a CPU to each ready step behind it
+                need = need.with_cpus(free.cpus - self._behind(free.cpus - need.cpus_min))
             if not need.fits(free):
                 held.append(item)
                 continue
@@ -247,6 +274,21 @@ class Driver:
         for item in held:
             heapq.heappush(self.ready, item)
         return free
+
+    def _behind(self, room: int) -> int:
+        """The CPUs that the ready steps behind the one starting, in their order, would start
+        with beside it, in ``room`` CPUs (each of them at its fewest)."""
+        taken = 0
+        if len(self.running) + 1 >= self.runner.slots.get("steps", len(self.ready) + 2):
+            return taken  # no step starts beside it
+        for _, _, step_id in sorted(self.ready):
+            if step_id in self.skipped:
+                continue
+            need = fitted(self.needs[step_id], self.most)
+            least = need.cpus_min if need.narrowable else need.cpus
+            if taken + least <= room:
+                taken += least
+        return taken
 
     def _start(self, scheduler: Scheduler, planned: PlannedStep, need: Resources, key: str) -> None:
         workdir = self.runner.workdir
@@ -306,9 +348,12 @@ class Driver:
         )
         display = self.display
         live = display is not None and display.tty
+        executor = self._shared_executor()
+        if need.cpus_min:  # its tasks at once: as many as it holds CPUs for
+            executor = executor.narrowed(need.cpus // need.cpus_min)
         return execute(
             run,
-            self._shared_executor(),
+            executor,
             runner.registry,
             runner.hooks,
             show_progress=live,

@@ -115,6 +115,7 @@ class Resources:
     nodes: int = 1  # machines the ranks spread over, evenly
     gpus_max: int = 0  # the top of a range (gpus: 1-16) the planner chooses in; 0: fixed
     distributed: bool = False  # runs as ranks of torch.distributed (a training): a rank a GPU
+    cpus_min: int = 0  # a step of executor tasks: given any multiple of this up to cpus; 0: fixed
 
     @property
     def width(self) -> int:
@@ -125,6 +126,19 @@ class Resources:
     def moldable(self) -> bool:
         """A width the planner may choose (a range of GPUs)."""
         return self.gpus_max > self.gpus
+
+    @property
+    def narrowable(self) -> bool:
+        """CPUs the scheduler may cut to a multiple of ``cpus_min`` (a step's executor tasks)."""
+        return 0 < self.cpus_min < self.cpus
+
+    def with_cpus(self, cpus: int) -> Resources:
+        """A narrowable step at ``cpus`` CPUs: the largest multiple of its tasks' threads that
+        fits, at least one task's."""
+        if not self.narrowable:
+            return self
+        unit = self.cpus_min
+        return replace(self, cpus=max(unit, min(self.cpus, cpus) // unit * unit))
 
     def apply(self, spec: ResourceSpec | None) -> Resources:
         """These resources with ``spec``'s set fields. A CPU training given ``ranks`` keeps its
@@ -228,18 +242,22 @@ def default_slots() -> dict[str, int]:
 
 
 def parse_slots(text: str, where: str = "") -> dict[str, int]:
-    """``cpu=N,gpu=M`` (either may be left out) as ``{"cpu": N, "gpu": M}``."""
+    """``cpu=N,gpu=M,steps=K`` (any may be left out) as ``{"cpu": N, "gpu": M, "steps": K}``:
+    ``steps`` caps how many steps run at once (``steps=1``: one at a time, each as wide as
+    the CPUs allow, as ``make -j1``)."""
     where = where or f"--slots {text!r}"
     out: dict[str, int] = {}
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
-        if not sep or key not in ("cpu", "gpu") or not value.isdigit():
+        if not sep or key not in ("cpu", "gpu", "steps") or not value.isdigit():
             raise MtcoreError(
-                f"{where}: {part.strip()!r} is not cpu=N or gpu=N (e.g. --slots cpu=4,gpu=2)"
+                f"{where}: {part.strip()!r} is not cpu=N, gpu=N or steps=N "
+                "(e.g. --slots cpu=4,gpu=2)"
             )
         out[key] = int(value)
-    if out.get("cpu") == 0:
-        raise MtcoreError(f"{where}: cpu must be at least 1")
+    for key in ("cpu", "steps"):
+        if out.get(key) == 0:
+            raise MtcoreError(f"{where}: {key} must be at least 1")
     return out
 
 

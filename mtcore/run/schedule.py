@@ -161,7 +161,11 @@ def simulate(
 def fitted(need: Resources, capacity: Resources) -> Resources:
     """``need`` with its CPUs capped at ``capacity``'s: a step asking more threads than there
     are cores still runs, alone (GPUs and memory are never capped: validation refuses)."""
-    return need if need.cpus <= capacity.cpus else replace(need, cpus=capacity.cpus)
+    if need.cpus <= capacity.cpus:
+        return need
+    if need.narrowable and need.cpus_min <= capacity.cpus:
+        return need.with_cpus(capacity.cpus)
+    return replace(need, cpus=capacity.cpus, cpus_min=capacity.cpus if need.cpus_min else 0)
 
 
 def duration(seconds: float) -> str:

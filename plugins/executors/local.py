@@ -37,26 +37,41 @@ class LocalExecutor(Executor[LocalConfig]):
         super().__init__(config)
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()  # steps running side by side share the pool
+        self._width = self.config.workers  # tasks of this view at once (narrowed: fewer)
+        self._shared = self  # the executor whose pool a narrowed view uses
 
     @property
     def workers(self) -> int:
-        return self.config.workers
+        return self._width
+
+    def narrowed(self, workers: int) -> LocalExecutor:
+        """A view of this pool for one step that holds ``workers`` CPUs: it has that many
+        tasks in the pool at once, so steps side by side never run more workers than the CPUs
+        they hold between them. One still runs in a worker process (not in the step's thread,
+        which shares the driver's interpreter with the steps beside it)."""
+        if workers >= self.config.workers:
+            return self
+        view = LocalExecutor(self.config)
+        view._shared, view._width = self._shared, max(1, workers)
+        return view
 
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
-        if self.config.workers == 1:
+        shared = self._shared
+        if shared.config.workers == 1:
             for task in tasks:
                 yield fn(task)
             return
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    self.config.workers,
+        with shared._lock:
+            if shared._pool is None:
+                shared._pool = ProcessPoolExecutor(
+                    shared.config.workers,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=die_with_parent,  # a killed run leaves no workers behind
                     initargs=(os.getpid(),),
                 )
-            pool = self._pool
-        limit = self.config.max_in_flight or 2 * self.config.workers
+            pool = shared._pool
+        narrow = self._width < shared.config.workers
+        limit = self._width if narrow else self.config.max_in_flight or 2 * self._width
         pending: deque[Future[Any]] = deque()
         for task in tasks:
             pending.append(pool.submit(fn, task))

@@ -104,6 +104,8 @@ class AugmentStep(Step[AugmentConfig]):
     """Outputs ``corpus``: the input with its ``side`` column rewritten by the augmenters and
     its columns relabelled by ``rename``."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "augment"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)

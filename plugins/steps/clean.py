@@ -48,6 +48,8 @@ class CleanStep(Step[CleanConfig]):
     Inputs other than ``corpus`` are resources for filters (a language model, a test set to
     exclude), which name the input role in their settings."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "clean"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "rejects")

@@ -105,6 +105,8 @@ class DedupStep(Step[DedupStepConfig]):
     ``scores``, the kept pairs' rows. Counts ``pairs_in``, ``pairs_out`` and ``duplicates``;
     the metric ``keys_with_copies`` counts the keys seen more than once."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "dedup"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")

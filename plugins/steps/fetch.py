@@ -41,6 +41,8 @@ class FetchConfig(PluginConfig):
 class FetchStep(Step[FetchConfig]):
     """Reads a corpus from a source plugin into the workdir, applying the input policy."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "fetch"
     fetches = True
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)

@@ -126,6 +126,8 @@ class KenLMStep(Step[KenLMConfig]):
     ``langs``, ``order``, the file of each language, the tokenization and the log10 perplexity
     range per language, over the training or the ``normalize`` sentences)."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "kenlm"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "normalize": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)

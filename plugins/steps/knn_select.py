@@ -44,6 +44,8 @@ class KnnSelectStep(Step[KnnSelectConfig]):
     """Outputs ``corpus`` (the selected pairs, corpus order) and ``neighbours/neighbours.tsv``
     (domain line, rank, corpus line, cosine; lines numbered from 1)."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "knn_select"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "domain": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "neighbours")

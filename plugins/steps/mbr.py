@@ -168,6 +168,8 @@ def settings_problem(registry: Registry, utility: str | dict[str, Any]) -> str |
 class MbrStep(Step[MbrConfig]):
     """Candidates (+ pseudo-references) + utility -> the expected-utility maximizer per line."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "mbr"
     inputs: ClassVar[dict[str, bool]] = {"nbest": True, "pseudo_refs": False, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "scores")

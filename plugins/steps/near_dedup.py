@@ -74,6 +74,8 @@ class NearDedupStep(Step[NearDedupConfig]):
     unchanged) and, given ``scores``, the kept pairs' rows. Counts ``pairs_in``, ``pairs_out``
     and ``near_duplicates``; metrics hold the clusters and the S-curve's threshold."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "near_dedup"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")

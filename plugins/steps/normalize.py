@@ -41,6 +41,8 @@ class NormalizeConfig(PluginConfig):
 class NormalizeStep(Step[NormalizeConfig]):
     """Outputs ``corpus``: the input with every side rewritten by the processor chain."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "normalize"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)

@@ -91,6 +91,8 @@ class RerankConfig(PluginConfig):
 class RerankStep(Step[RerankConfig]):
     """n-best + features + weights -> reranked 1-best per line (see the module docstring)."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "rerank"
     inputs: ClassVar[dict[str, bool]] = {
         "nbest": True,

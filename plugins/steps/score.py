@@ -37,6 +37,8 @@ class ScoreStep(Step[ScoreConfig]):
     """Outputs ``scores/scores.tsv``: a header naming the columns (``<filter>`` or
     ``<filter>.<lang>``), then one row of numbers per pair of the input, in order."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "score"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("scores",)

@@ -51,6 +51,8 @@ class SelectionStep(Step[SelectionConfig]):
     ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and
     ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "selection"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")

@@ -41,6 +41,8 @@ class TopicSelectStep(Step[TopicSelectConfig]):
     shared TF-IDF weight and number of shared topic terms) and ``terms/terms.tsv`` (each topic
     term with its document frequency and idf)."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "topic_select"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "test": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores", "terms")

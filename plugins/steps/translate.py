@@ -75,6 +75,8 @@ class TranslateStep(Step[TranslateConfig]):
     ``model16`` make an ensemble with ``model`` (NT5 §4.4: architectures may differ;
     dictionaries, languages and direction must not)."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "translate"
     inputs: ClassVar[dict[str, bool]] = {
         "model": True,

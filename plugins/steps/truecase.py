@@ -217,6 +217,8 @@ class TrainTruecaserConfig(PluginConfig):
 class TrainTruecaserStep(Step[TrainTruecaserConfig]):
     """Outputs ``model``: ``truecase-model.<lang>`` per modelled language (Moses format)."""
 
+    parallel = True  # its shards go through ctx.executor
+
     name = "truecaser"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
@@ -294,6 +296,8 @@ class TruecaseStep(Step[TruecaseConfig]):
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "model": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
     streams: ClassVar[tuple[str, ...]] = ("corpus",)
+
+    parallel = True  # its shards go through ctx.executor
 
     def run(self, ctx: StepContext) -> None:
         source = Corpus.open(ctx.inputs["corpus"].path)
