@@ -1,9 +1,9 @@
 """The scheduler against the sequential runner on the README's main job: the NT5 recipe at its
 default profile, run twice from empty workdirs in one bench run, once with ``--slots steps=1``
 (one step at a time, each with every core its settings use: what the runner did before issue
-42) and once as ``make nt5`` runs it (slots from the machine's cores). Printed: each run's wall seconds, the ratio, the load
-average while each ran, and whether every step's output hashes (the manifests' ``outputs``)
-are the same in both.
+42) and once as ``make nt5`` runs it (slots from the machine's cores). Printed: each run's wall
+seconds, the ratio, the load average while each ran, and whether every step's output hashes
+(the manifests' ``outputs``) are the same in both.
 
     .venv/bin/python bench/schedule_speed.py [--recipe recipes/nt5.yaml] [--profile cpu]
         [--work DIR] [--order sequential,scheduled]

@@ -159,6 +159,7 @@ def test_default_profile_runs_end_to_end(registry, path, tmp_path):
     check_translate(registry, path, work, None, DEFAULT_TRANSLATE[path.stem])
     if path.stem == "nt5":
         check_readable(recipe, work, evals)
+        check_readme(recipe, work)
 
 
 KEEP_SMOKE = "MTCORE_TEST_SMOKE_WORKDIRS"
@@ -199,6 +200,38 @@ def repeats(line: str, unspaced: bool) -> bool:
     """A token (a character of unspaced text) repeated four or more times in a row."""
     tokens = [c for c in line if not c.isspace()] if unspaced else line.split()
     return any(len(set(tokens[i : i + 4])) == 1 for i in range(len(tokens) - 3))
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+README_SCORES = re.compile(
+    r"scores chrF (?P<enja>[\d.]+) en→ja and (?P<jaen>[\d.]+) ja→en on (?P<lines>\d+) held-out"
+    r"\s+strings, against\s+(?P<base_enja>[\d.]+) and (?P<base_jaen>[\d.]+) for its baseline"
+)
+
+
+def check_readme(recipe, work: Path) -> None:
+    """What the README says of the system ``make nt5`` builds, against that system: its
+    chrF figures (to the decimal it states) on as many test lines as it says, and its translate
+    example's output, line for line (the command run as written, with this run's workdir)."""
+    text = README.read_text(encoding="utf-8")
+    found = README_SCORES.search(text)
+    assert found, "README: the sentence with the cpu profile's chrF figures is gone or reworded"
+    for direction in ("enja", "jaen"):
+        for stage, key in (("rerank", direction), ("baseline", f"base_{direction}")):
+            score = eval_metrics(work, f"eval_{stage}_{direction}")["chrF"]["score"]
+            assert f"{score:.1f}" == found[key], (stage, direction, score, found[key])
+        lines = stage_lines(recipe, work, f"eval_rerank_{direction}")
+        assert len(lines) == int(found["lines"]), (direction, len(lines))
+    (example,) = re.findall(r"```bash\n(.*?mtcore translate.*?)```", text, re.S)
+    command, *shown = example.strip().split("\n")
+    expected = [line.removeprefix("# ") for line in shown]
+    assert expected and all(line.startswith("# ") for line in shown), example
+    command = command.replace(".venv/bin/mtcore", f"{sys.executable} -m mtcore.cli")
+    done = subprocess.run(
+        ["bash", "-c", f"{command} -w {work}"], capture_output=True, text=True, cwd=README.parent
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == expected, (done.stdout, expected)
 
 
 def check_readable(recipe, work: Path, evals: list[str]) -> None:

@@ -15,6 +15,7 @@ import time
 import pytest
 import yaml
 
+from mtcore.contracts.errors import StepError
 from mtcore.contracts.registry import load_registry
 from mtcore.recipe.load import build_recipe
 from mtcore.run.resources import Resources
@@ -52,6 +53,27 @@ def test_requeues_are_bounded_by_the_recipe():
     assert SlurmConfig(requeues=0).requeues == 0
     with pytest.raises(ValueError, match="requeues"):
         SlurmConfig(requeues=-1)
+
+
+def test_settings_and_paths_that_would_add_lines_to_the_job_script_are_refused(tmp_path):
+    """Issue 70: a newline in ``partition``, in an ``additional`` option or in the workdir path
+    ran its second line as a command of the generated sbatch script."""
+    from mtcore.contracts.scheduler import Job
+    from mtcore_plugins.schedulers.slurm import SlurmScheduler
+
+    for bad in ({"partition": "gpu\ntouch /tmp/owned"}, {"qos": "low\r"}, {"time": "1:00\n"}):
+        with pytest.raises(ValueError, match="control character"):
+            SlurmConfig(**bad)
+    with pytest.raises(ValueError, match="control character"):
+        SlurmConfig(additional={"constraint": "a100\ntouch /tmp/owned"})
+    with pytest.raises(ValueError, match="not an sbatch option name"):
+        SlurmConfig(additional={"exclusive\ntouch /tmp/owned": ""})
+    assert SlurmConfig(partition="gpu", additional={"constraint": "a100"}).partition == "gpu"
+    folder = tmp_path / "work\ntouch owned" / "job"
+    job = Job("a", "probe_wait", Resources(), folder, folder / "a.log")
+    with pytest.raises(StepError, match="control character"):
+        SlurmScheduler(SlurmConfig()).submit(job)
+    assert not folder.exists()
 
 
 def test_the_display_says_how_often_a_step_was_requeued(tmp_path):

@@ -498,6 +498,7 @@ class LoopbackServer:
         self.requests: list[tuple[str, str | None]] = []
         self.cuts: dict[str, list[int]] = {}  # path -> bytes sent before hanging up, per request
         self.ignore_range = False
+        self.unsized: set[str] = set()  # paths answered as HTTP/1.0 does: no length, no chunks
         state = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -524,7 +525,8 @@ class LoopbackServer:
                 self.send_response(206 if start else 200)
                 if start:
                     self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-                self.send_header("Content-Length", str(len(body) - start))
+                if self.path not in state.unsized:
+                    self.send_header("Content-Length", str(len(body) - start))
                 self.end_headers()
                 cuts = state.cuts.get(self.path)
                 cut = cuts.pop(0) if cuts else None

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtcore.run.tracking import flat_params, metric_key, tracking_uri
+from mtcore.run.tracking import flat_params, metric_key, owner_only_store, redact, tracking_uri
 
 from .mlflow_server import mlflow_server  # noqa: F401 (fixture)
 from .test_e2e import MTCORE, tiny_recipe
@@ -25,6 +25,27 @@ def test_settings_become_flat_parameters_and_keys_are_valid() -> None:
     params = flat_params({"a": {"b": 1, "c": [1, 2]}, "d": "x" * 7000, "e": None, "f": {}})
     assert params == {"a.b": "1", "a.c": "[1, 2]", "d": "x" * 6000, "e": "null", "f": "{}"}
     assert metric_key("stage/bt+ft/en-ja/BLEU") == "stage/bt_ft/en-ja/BLEU"
+
+
+def test_secrets_stay_out_of_parameters_and_messages(tmp_path) -> None:
+    """Issue 70: a data entry's URL with a token, or a setting named like a secret, went into
+    the store's parameters as written; an error printed the tracking URI with its password."""
+    params = flat_params({
+        "source": "https://user:hunter2@example.org/corpus.tsv.gz?sig=abc123&part=1",
+        "api_key": "sk-123", "hf": {"token": "hf_abc"}, "tokenize": "char", "max_tokens": 4096,
+    })  # fmt: skip
+    assert params == {
+        "source": "https://example.org/corpus.tsv.gz?sig=<redacted>&part=1",
+        "api_key": "<redacted>", "hf.token": "<redacted>", "tokenize": "char",
+        "max_tokens": "4096",
+    }  # fmt: skip
+    assert "hunter2" not in redact("MLflow at http://me:hunter2@127.0.0.1:5000 failed")
+    store = tmp_path / "runs" / "mlflow.db"
+    owner_only_store(f"sqlite:///{store}")
+    assert store.stat().st_mode & 0o777 == 0o600
+    store.chmod(0o644)
+    owner_only_store(f"sqlite:///{store}")
+    assert store.stat().st_mode & 0o777 == 0o600
 
 
 def test_the_default_store_is_a_database_in_the_workdir(tmp_path, monkeypatch) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mtcore.contracts.errors import DataError
+from mtcore.contracts.errors import DataError, MtcoreError
 from mtcore.contracts.stats import Stats
 from mtcore_plugins.common.download import Downloader, FileSpec
 from tests.test_sources import LoopbackServer
@@ -135,6 +135,51 @@ def test_an_https_download_is_never_redirected_to_plain_http(https, tmp_path):
         download("/c.en")
     assert plain.requests == []
     assert [p.name for p in (tmp_path / "c.en").iterdir() if p.suffix != ".lock"] == []
+
+
+def test_redirects_go_to_http_or_https_only(https, tmp_path):
+    """Issue 70: an http redirect to ftp:// (or file://) was followed."""
+    secure, _ = https
+    secure.redirects["/c.en"] = "ftp://127.0.0.1/c.en"
+    spec = FileSpec(url=secure.url("/c.en"), sha256="0" * 64)
+    with pytest.raises(DataError, match=r"redirected to ftp://127\.0\.0\.1/c\.en; a download "
+                       r"follows http\(s\) redirects only"):  # fmt: skip
+        Downloader(tmp_path / "c", 5, 0, 0, Stats()).fetch(spec)
+
+
+def test_a_body_without_a_length_is_kept_only_when_a_hash_pins_it(tmp_path):
+    """Issue 70: a body sent without Content-Length or chunks, cut short by a closed
+    connection, was cached as complete (and, unpinned, recorded in the lock file)."""
+    server = LoopbackServer()
+    try:
+        body = b"a line\n" * 1000
+        server.files["/c.en"] = body
+        server.unsized.add("/c.en")
+        server.cuts["/c.en"] = [700]  # hangs up after 700 bytes: looks like the whole file
+        with pytest.raises(DataError, match="neither a length nor chunks"):
+            Downloader(tmp_path / "a", 5, 0, 0, Stats()).fetch(FileSpec(url=server.url("/c.en")))
+        assert not [p for p in (tmp_path / "a").iterdir() if p.suffix != ".lock"]
+        pinned = FileSpec(url=server.url("/c.en"), sha256=hashlib.sha256(body).hexdigest())
+        assert Downloader(tmp_path / "b", 5, 0, 0, Stats()).fetch(pinned).read_bytes() == body
+    finally:
+        server.close()
+
+
+def test_a_mirror_replica_hash_is_a_sha256_never_a_path(tmp_path, monkeypatch):
+    """Issue 70: with MTCORE_MIRROR_REPLICAS=1, a mirror's "hash" ``../../etc/hostname`` was
+    used as a cache path and read as a corpus."""
+    from mtcore_plugins.common import mirror
+
+    server = LoopbackServer()
+    try:
+        table = {"replicas": {"https://example.org/c.en": "../../etc/hostname"}}
+        server.files["/mirror.json"] = json.dumps(table).encode()
+        monkeypatch.setenv(mirror.REPLICAS_ENV, "1")
+        monkeypatch.setattr(mirror, "_replicas", {})
+        with pytest.raises(DataError, match="has '../../etc/hostname' for its sha256"):
+            mirror.replica_hashes(server.url(""), 5)
+    finally:
+        server.close()
 
 
 JOIN = """
@@ -757,3 +802,64 @@ def test_a_block_of_decompressed_lines_has_a_byte_budget(tmp_path):
     assert lines == 64 and targets[0].stat().st_size == 64 * len(line)
     assert targets[1].read_bytes() == tgt.read_bytes()
     assert peak < 100 << 20, f"{peak / 2**20:.0f} MiB"
+
+
+def test_a_sentence_transformers_that_imports_model_code_is_refused(tmp_path, monkeypatch):
+    """Issue 70: sentence-transformers before 6.0 imports the Python files of a local model
+    folder; the embedding backend refuses such a release before loading any model. (Not
+    installed here: an old release stands in, a module that says 5.4.1 and records a load.)"""
+    from mtcore.contracts.errors import PluginError
+    from mtcore_plugins.common.embeddings import _sentence_transformer
+
+    package = tmp_path / "old" / "sentence_transformers"
+    package.mkdir(parents=True)
+    marker = tmp_path / "loaded"
+    (package / "__init__.py").write_text(
+        '__version__ = "5.4.1"\n'
+        "class SentenceTransformer:\n"
+        f"    def __init__(self, *a, **k): open({str(marker)!r}, 'w').close()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "old"))
+    monkeypatch.delitem(sys.modules, "sentence_transformers", raising=False)
+    with pytest.raises(PluginError, match=r"sentence-transformers 5\.4\.1 imports code"):
+        _sentence_transformer(str(tmp_path), 1)
+    assert not marker.exists()
+
+
+def test_a_job_started_by_a_ray_actor_or_slurm_task_starts_safe(tmp_path):
+    """Issue 70: jobs that Ray actors and Slurm tasks run (``run_job``, not the CLI) started
+    ``python -m`` children with the working directory on ``sys.path`` and honoured torch's
+    opt-out of weights-only loads."""
+    code = (
+        "import os, sys\n"
+        "from mtcore.run.jobs import run_job\n"
+        "try:\n    run_job(sys.argv[1])\nexcept Exception as exc:\n    print(type(exc).__name__)\n"
+        "print(os.environ.get('PYTHONSAFEPATH'), os.environ.get('TORCH_FORCE_WEIGHTS_ONLY_LOAD'),"
+        " os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env
+    )
+    assert done.stdout.split() == ["StepError", "1", "1", "None"], done.stdout + done.stderr
+
+
+def test_export_refuses_a_link_planted_in_a_steps_output(tmp_path):
+    """Issue 70: ``mtcore export`` followed a link planted in a step's output and packed its
+    target into the system. The export copies each artifact only after this check."""
+    from mtcore.system.export import refuse_links
+
+    model = tmp_path / "steps" / "train-abc" / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "checkpoint.pt").write_bytes(b"weights")
+    refuse_links(model)  # plain files: fine
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for export")
+    (model / "sub" / "dict.en.txt").symlink_to(secret)
+    with pytest.raises(MtcoreError, match=r"sub/dict\.en\.txt: a symbolic link in a step's output"):
+        refuse_links(model)
+    (model / "sub" / "dict.en.txt").unlink()
+    (model / "linked").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(MtcoreError, match="linked: a symbolic link"):
+        refuse_links(model)

@@ -312,7 +312,11 @@ def run_job(folder: str | Path) -> str:
     """Runs the job described by ``folder/spec.json`` in this process; returns ``"done"``.
     Writes ``state.json`` as it goes; a failure is recorded there and raised."""
     from mtcore.contracts.registry import load_registry
+    from mtcore.exec.process import safe_children, safe_torch_loads
 
+    # a Ray actor or a Slurm task calls this without the CLI's start: the same safe start
+    safe_torch_loads()
+    safe_children()
     folder = Path(folder)
     spec = read_json(folder / "spec.json")
     if spec is None:

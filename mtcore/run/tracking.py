@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -55,18 +56,50 @@ def tracking_uri(workdir: Path, uri: str | None) -> str:
     return f"sqlite:///{(workdir / DEFAULT_DB).resolve()}"
 
 
+SECRET_KEY = re.compile(r"(?i)(^|[._-])(token|password|passwd|secret|api_?key|auth|credentials?)$")
+"""A setting whose name says it is a secret: logged as ``<redacted>``."""
+SECRET_QUERY = re.compile(r"(?i)([?&](?:[a-z_-]*(?:token|key|sig|signature|password|secret|auth)"
+                          r"[a-z_-]*)=)[^&#]*")  # fmt: skip
+USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
+
+
+def redact(text: str) -> str:
+    """``text`` without the secrets a URL in it may carry: its user info (``user:pass@``) and
+    the values of query parameters named like a token, key, signature or password."""
+    return SECRET_QUERY.sub(r"\1<redacted>", USERINFO.sub(r"\1", text))
+
+
 def flat_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """A step's settings as MLflow parameters: nested keys joined with dots, lists and other
-    values as JSON, each cut to MLflow's longest value."""
+    values as JSON, each cut to MLflow's longest value. A tracking store is read by others:
+    a setting named like a secret is logged as ``<redacted>``, and URLs lose their user info
+    and token-like query values (:func:`redact`)."""
     out: dict[str, str] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
             out.update(flat_params(value, name + "."))
+        elif SECRET_KEY.search(str(key)) and value not in (None, ""):
+            out[name[:250]] = "<redacted>"
         else:
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            out[name[:250]] = text[:PARAM_LIMIT]
+            out[name[:250]] = redact(text)[:PARAM_LIMIT]
     return out
+
+
+def owner_only_store(uri: str) -> None:
+    """A SQLite store (``sqlite:///path``) is created readable by its owner only, and an
+    existing one of the owner's is made so: it holds every setting of every run."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///").partition("?")[0])  # absolute: sqlite:////x
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        if os.fstat(descriptor).st_uid == os.getuid():
+            os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)
 
 
 def metric_key(text: str) -> str:
@@ -138,13 +171,15 @@ class MlflowTracker:
         try:
             if uri.startswith(("http://", "https://")):
                 _reachable(uri)  # MLflow's client would retry for minutes
+            owner_only_store(uri)
             self._open(recipe, workdir, plan, label, uri)
         except MtcoreError:
             raise
         except Exception as exc:  # the store cannot be reached: say so before any step runs
             raise MtcoreError(
-                f"tracking: MLflow at {uri} cannot be used ({type(exc).__name__}: "
-                f"{str(exc)[:300]}); start the server or run without --track"
+                f"tracking: MLflow at {redact(uri)} cannot be used ({type(exc).__name__}: "
+                f"{redact(str(exc).replace(uri, redact(uri)))[:300]}); start the server or run "
+                "without --track"
             ) from None
         self._stop.clear()
         self._poller = threading.Thread(target=self._poll, name="mtcore-tracking", daemon=True)

@@ -117,6 +117,7 @@ def export_system(recipe: Recipe, registry: Registry, system: Translator, workdi
                 if what not in copied:
                     source = Path(what)
                     name = f"{source.parent.name}.{source.name}"
+                    refuse_links(source)
                     shutil.copytree(source, artifacts / name, ignore=_logs)
                     copied[what] = f"artifacts/{name}"
                 what = copied[what]
@@ -155,6 +156,19 @@ def export_system(recipe: Recipe, registry: Registry, system: Translator, workdi
     SystemFile.model_validate(info)  # what load_system will ask of it
     (folder / SYSTEM_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return info
+
+
+def refuse_links(source: Path) -> None:
+    """No step writes a symbolic link: one in an output was planted, and copying it would pack
+    its target (anything the user can read) into a system meant for others."""
+    found = [source] if source.is_symlink() else []
+    for top, folders, files in os.walk(source):
+        found += [Path(top, n) for n in folders + files if os.path.islink(os.path.join(top, n))]
+    if found:
+        raise MtcoreError(
+            f"{found[0]}: a symbolic link in a step's output; an export copies plain files only "
+            "(remove it and run the step again: `mtcore verify` finds what else changed)"
+        )
 
 
 def _logs(folder: str, names: list[str]) -> list[str]:

