@@ -863,3 +863,103 @@ def test_export_refuses_a_link_planted_in_a_steps_output(tmp_path):
     (model / "linked").symlink_to(tmp_path, target_is_directory=True)
     with pytest.raises(MtcoreError, match="linked: a symbolic link"):
         refuse_links(model)
+
+
+LIST_PEAK = """
+import resource, sys
+from mtcore.contracts.errors import DataError
+from mtcore.data.archives import scan
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    scan(__import__("pathlib").Path(sys.argv[1]))
+except DataError as exc:
+    print("refused:", str(exc)[:200])
+print("peak MiB", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def test_listing_an_archive_is_bounded_in_header_bytes_and_members(tmp_path, monkeypatch):
+    """Issue 70: a 261 KB .tar.gz whose one member has a 256 MiB name took 818 MB to list;
+    a 300,000-member tar took 161 MB. Listing now refuses a header over
+    MTCORE_ARCHIVE_MAX_HEADER (1 MiB) before reading it, and more members than
+    MTCORE_ARCHIVE_MAX_MEMBERS, keeping no list of headers on the way."""
+    import gzip
+    import io
+    import tarfile
+    import zipfile
+
+    from mtcore.data.archives import scan
+
+    bomb = tmp_path / "bomb.tar.gz"
+    size = 256 << 20
+    with gzip.open(bomb, "wb", compresslevel=9) as out:
+        head = tarfile.TarInfo("././@LongLink")
+        head.type, head.size = tarfile.GNUTYPE_LONGNAME, size
+        out.write(head.tobuf(format=tarfile.GNU_FORMAT))
+        chunk = b"a" * (1 << 20)
+        for _ in range(size // len(chunk)):
+            out.write(chunk)
+        real = tarfile.TarInfo("x")
+        out.write(real.tobuf(format=tarfile.GNU_FORMAT) + b"\0" * 1024)
+    assert bomb.stat().st_size < 1 << 20
+    done = subprocess.run(
+        [sys.executable, "-c", LIST_PEAK, str(bomb)], capture_output=True, text=True, timeout=300
+    )
+    assert "refused: a tar header of 268435456 bytes" in done.stdout, done.stdout + done.stderr
+    assert int(done.stdout.split("peak MiB")[1]) < 64, done.stdout  # the listing's own: was 818 MB
+
+    pax = tmp_path / "pax.tar"
+    with tarfile.open(pax, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("a" * 3000)
+        tar.addfile(info, io.BytesIO(b""))
+    monkeypatch.setenv("MTCORE_ARCHIVE_MAX_HEADER", "1000")
+    with pytest.raises(DataError, match="a tar header of 3\\d\\d\\d bytes"):
+        scan(pax)
+    monkeypatch.delenv("MTCORE_ARCHIVE_MAX_HEADER")
+    assert scan(pax) == ["a" * 3000]
+
+    many_tar, many_zip = tmp_path / "many.tar", tmp_path / "many.zip"
+    with tarfile.open(many_tar, "w") as tar, zipfile.ZipFile(many_zip, "w") as archive:
+        for number in range(101):
+            tar.addfile(tarfile.TarInfo(f"f{number}"), io.BytesIO(b""))
+            archive.writestr(f"f{number}", b"")
+    assert len(scan(many_tar)) == len(scan(many_zip)) == 101
+    monkeypatch.setenv("MTCORE_ARCHIVE_MAX_MEMBERS", "100")
+    for archive in (many_tar, many_zip):
+        with pytest.raises(DataError, match="more than 100 members"):
+            scan(archive)
+    monkeypatch.setenv("MTCORE_ARCHIVE_MAX_MEMBERS", "ten")
+    with pytest.raises(DataError, match="MTCORE_ARCHIVE_MAX_MEMBERS='ten': give a positive"):
+        scan(many_tar)
+
+
+def test_workdir_files_are_written_through_fresh_temporary_names(tmp_path):
+    """Issue 70: ``report.tmp``, ``plan.tmp`` and the lock file's ``.tmp`` were fixed names,
+    and a link planted at one had its target overwritten. Every such file is now written to a
+    new name created exclusively, then renamed."""
+    from mtcore.exec.files import replace_file
+    from mtcore.run.jobs import write_json
+    from mtcore.run.page import write_plan
+    from mtcore_plugins.common.lockfile import LockFile
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    work = tmp_path / "work"
+    work.mkdir()
+    for planted in ("report.tmp", "plan.tmp", "nt5.lock.tmp", ".state.json.1", "x.tmp"):
+        (work / planted).symlink_to(victim)
+    replace_file(work / "report.html", "<html></html>")
+    from mtcore.contracts.registry import load_registry
+    from mtcore.recipe.load import build_recipe, read_yaml
+
+    nt5 = Path(__file__).resolve().parents[1] / "recipes" / "nt5.yaml"
+    write_plan(work, build_recipe(read_yaml(nt5), load_registry(), source=str(nt5)), [], {})
+    LockFile(work / "nt5.lock").record("https://example.org/c.en", "0" * 64, 3)
+    write_json(work / "state.json", {"state": "done"})
+    assert victim.read_text() == "keep me"
+    assert (work / "report.html").read_text() == "<html></html>"
+    assert json.loads((work / "state.json").read_text()) == {"state": "done"}
+    assert "example.org" in (work / "nt5.lock").read_text()
+    assert sorted(p.name for p in work.iterdir() if not p.is_symlink()) == [
+        "nt5.lock", "nt5.lock.flock", "plan.json", "report.html", "state.json"
+    ]  # fmt: skip

@@ -33,6 +33,43 @@ from typing import IO
 from mtcore.contracts.errors import DataError
 from mtcore.recipe.hashing import cache_home, content_hash
 
+MAX_MEMBERS_ENV, MAX_HEADER_ENV = "MTCORE_ARCHIVE_MAX_MEMBERS", "MTCORE_ARCHIVE_MAX_HEADER"
+MAX_MEMBERS = 1_000_000  # entries of one archive listed (a corpus release has thousands)
+MAX_HEADER = 1 << 20  # bytes of one tar member's long name or pax header (POSIX: 256 a name)
+
+
+def limit(env: str, default: int) -> int:
+    """A bound, from ``env`` where set (a positive integer), else ``default``."""
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise DataError(f"{env}={text!r}: give a positive whole number (default {default})")
+    return int(text)
+
+
+class BoundedTarInfo(tarfile.TarInfo):
+    """A tar header whose long name (GNU) or extended header (pax) is read only up to
+    ``MTCORE_ARCHIVE_MAX_HEADER`` bytes: tarfile reads either whole into memory first."""
+
+    def _proc_gnulong(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        self._bounded()
+        return super()._proc_gnulong(tarfile)  # type: ignore[misc]
+
+    def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        self._bounded()
+        return super()._proc_pax(tarfile)  # type: ignore[misc]
+
+    def _bounded(self) -> None:
+        most = limit(MAX_HEADER_ENV, MAX_HEADER)
+        if self.size > most:
+            raise DataError(
+                f"a tar header of {self.size} bytes (a member's long name or pax header) is over "
+                f"{most}; a corpus archive's are a few hundred (raise {MAX_HEADER_ENV} if this "
+                "one is meant)"
+            )
+
+
 # What a truncated or corrupt compressed stream raises while it is being read.
 CORRUPT = (EOFError, OSError, lzma.LZMAError, zlib.error, tarfile.TarError, zipfile.BadZipFile)
 SHOWN = 20  # member names listed in an error
@@ -79,7 +116,7 @@ class Member:
                 yield handle
             return
         with open_tar(self.archive) as tar:
-            for info in tar:
+            for info in entries(tar, self.archive):
                 if info.name == self.name and info.isfile():
                     raw = tar.extractfile(info)
                     assert raw is not None  # a regular file always has a stream
@@ -92,7 +129,7 @@ class Member:
 @contextlib.contextmanager
 def open_tar(archive: Path) -> Iterator[tarfile.TarFile]:
     try:
-        tar = tarfile.open(archive, mode="r|*")  # noqa: SIM115 (closed below)
+        tar = tarfile.open(archive, mode="r|*", tarinfo=BoundedTarInfo)  # noqa: SIM115
     except tarfile.TarError as exc:
         raise DataError(
             f"{archive}: not a tar or zip archive ({exc}); a single plain, .gz or .xz file "
@@ -102,14 +139,45 @@ def open_tar(archive: Path) -> Iterator[tarfile.TarFile]:
         yield tar
 
 
+def entries(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.TarInfo]:
+    """The members of a tar opened in stream mode, one at a time, at most
+    ``MTCORE_ARCHIVE_MAX_MEMBERS`` of them; tarfile's own list of what it read is emptied as
+    it goes (it would hold every header of the archive)."""
+    most, seen = limit(MAX_MEMBERS_ENV, MAX_MEMBERS), 0
+    while (info := tar.next()) is not None:
+        seen += 1
+        if seen > most:
+            raise DataError(too_many(archive, most))
+        tar.members.clear()
+        yield info
+
+
+def too_many(archive: Path, most: int) -> str:
+    return (
+        f"{archive}: more than {most} members; a corpus archive has far fewer (raise "
+        f"{MAX_MEMBERS_ENV} if this one is meant)"
+    )
+
+
 def scan(archive: Path) -> list[str]:
     """Names of the regular files in ``archive``, in archive order (one pass over a tar)."""
     if zipfile.is_zipfile(archive):
+        most = limit(MAX_MEMBERS_ENV, MAX_MEMBERS)
+        with open(archive, "rb") as raw:  # its end record, before zipfile reads every entry
+            end = zipfile._EndRecData(raw)  # type: ignore[attr-defined]
+        if end and end[zipfile._ECD_ENTRIES_TOTAL] > most:  # type: ignore[attr-defined]
+            raise DataError(too_many(archive, most))
+        directory = end[zipfile._ECD_SIZE] if end else 0  # type: ignore[attr-defined]
+        if directory > max(most * 64, 1 << 24):
+            raise DataError(
+                f"{archive}: a central directory of {directory} bytes, over 64 a member for "
+                f"{most} members (raise {MAX_MEMBERS_ENV} if it is meant)"
+            )
         with zipfile.ZipFile(archive) as handle:
             return [info.filename for info in handle.infolist() if not info.is_dir()]
     try:
         with open_tar(archive) as tar:
-            return [info.name for info in tar if info.isfile()]
+            return [info.name for info in entries(tar, archive) if info.isfile()]
     except DataError:
         raise
     except CORRUPT as exc:

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,18 @@ def same_file(source: Path, target: Path) -> str:
             raise
     shutil.copyfile(source, target)
     return "copy"
+
+
+def replace_file(path: Path, data: bytes | str) -> None:
+    """Writes ``path`` whole or not at all, through a fresh temporary name beside it (created
+    exclusively: a link planted at a fixed temporary name would be followed), then a rename."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

@@ -40,6 +40,7 @@ from mtcore.contracts.errors import MtcoreError, StepError
 from mtcore.contracts.plugin import Executor
 from mtcore.contracts.registry import Registry
 from mtcore.contracts.step import Artifact, StepContext, config_dict
+from mtcore.exec.files import replace_file
 from mtcore.recipe.hashing import hash_tree, linked_files
 from mtcore.recipe.load import Recipe, build_recipe, split_reference
 from mtcore.recipe.plan import PlannedStep, make_plan, step_dir
@@ -290,9 +291,7 @@ def write_spec(
 
 def write_json(path: Path, value: dict[str, Any]) -> None:
     """Written whole or not at all (a reader on another node never sees half a file)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(value, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    replace_file(path, json.dumps(value, indent=1, ensure_ascii=False) + "\n")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtcore.contracts.errors import MtcoreError
+from mtcore.exec.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,7 @@ def write_plan(
         "steps": steps,
     }
     path = plan_file(workdir, label)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(document, indent=1, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
+    replace_file(path, json.dumps(document, indent=1, ensure_ascii=False))
     return path
 
 
@@ -807,6 +806,9 @@ def render_page(data: PageData, p_values: dict[tuple[str, str], float] | None = 
     ablated = f"<p>Ablated: {_e(', '.join(data.ablated))}</p>" if data.ablated else ""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        # the page runs no script and loads nothing: a string that escaped escaping cannot either
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; img-src data:\">"
         f"<title>mtcore: {_e(title)}</title><style>{STYLE}</style></head><body>"
         f"<header><h1>{_e(title)}{profile}</h1>{paper}{ablated}"
         f"<p>{len(data.steps)} steps: {_e(summary)}; {total:,.0f} s of step time. "
@@ -826,7 +828,5 @@ def write_page(
     """Builds ``report.html`` (``report.<label>.html``) from the workdir; returns its path."""
     data = collect(workdir, registry, label, result, running)
     path = page_file(workdir, label)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(render_page(data, significance(data, registry)), encoding="utf-8")
-    tmp.replace(path)
+    replace_file(path, render_page(data, significance(data, registry)))
     return path

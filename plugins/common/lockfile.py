@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,10 @@ class LockFile:
             files = dict(self.entries())
             files[url] = {"sha256": sha256, "size": size}
             text = json.dumps({"format": FORMAT, "files": dict(sorted(files.items()))}, indent=2)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(text + "\n", encoding="utf-8")
-            os.replace(tmp, self.path)
+            # a fresh temporary name (a link planted at a fixed one would be followed)
+            fd, temporary = tempfile.mkstemp(
+                dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
+            )
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text + "\n")
+            os.replace(temporary, self.path)
