@@ -587,7 +587,8 @@ def test_one_huge_compressed_line_is_never_held_whole(tmp_path, too_long):
 def test_a_damaged_step_is_found_and_runs_again(tmp_path, enja_files, write_recipe, caplog):
     """A step was complete as soon as its manifest existed: a truncated output was reused
     forever. Now a reused step's files are checked against the manifest (size, and content
-    where the mtime moved), mtcore verify reports, and the next run redoes the step."""
+    where the mtime moved), and mtcore verify reports what it finds, unlisted files too, and
+    moves the step aside so that the next run redoes it."""
     from click.testing import CliRunner
 
     from mtcore.cli.app import cli
@@ -603,25 +604,41 @@ def test_a_damaged_step_is_found_and_runs_again(tmp_path, enja_files, write_reci
 
     assert mtcore("run", "-q").exit_code == 0
     assert "3 complete steps checked (size, mtime): 0 damaged" in mtcore("verify").output
-    (output,) = work.glob("steps/clean-*/corpus/corpus.en")
-    good = output.read_bytes()
-    output.write_bytes(good[: len(good) // 2])  # truncated
-    found = mtcore("verify")
-    assert found.exit_code == 1 and "damaged clean:" in found.output and "bytes" in found.output
+
+    def corpus() -> Path:
+        (found,) = work.glob("steps/clean-*/corpus/corpus.en")
+        return found
+
+    good = corpus().read_bytes()
+    corpus().write_bytes(good[: len(good) // 2])  # truncated: the run's own check redoes it
     with caplog.at_level("WARNING", logger="mtcore"):
         assert mtcore("run", "-q").exit_code == 0
     assert "running the step again" in caplog.text
-    assert output.read_bytes() == good
-    assert mtcore("verify").exit_code == 0
-    # an edit that keeps the size and the mtime: only --full reads the bytes again
-    st = output.stat()
-    output.write_bytes(good.replace(b"e", b"E", 1))
-    os.utime(output, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert corpus().read_bytes() == good
+    corpus().write_bytes(good[: len(good) // 2])  # truncated again: verify finds and moves it
+    found = mtcore("verify")
+    assert found.exit_code == 1 and "damaged clean:" in found.output and "bytes" in found.output
+    assert "moved to" in found.output and not list(work.glob("steps/clean-*"))
+    assert len(list(work.glob("steps/.quarantine/clean-*"))) == 1
+    assert mtcore("run", "-q").exit_code == 0
+    assert corpus().read_bytes() == good and mtcore("verify").exit_code == 0
+    # an edit that keeps the size and the mtime: only --full reads the bytes again, and the
+    # step it moves away runs again (issue 70: the next run reused it)
+    st = corpus().stat()
+    edited = corpus()
+    edited.write_bytes(good.replace(b"e", b"E", 1))
+    os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert mtcore("verify").exit_code == 0
     full = mtcore("verify", "--full")
     assert full.exit_code == 1 and "other content" in full.output
+    assert mtcore("run", "-q").exit_code == 0 and corpus().read_bytes() == good
+    # a file the manifest does not list (issue 70: neither check reported it)
+    (corpus().parent / "planted.bin").write_bytes(b"x")
+    listed = mtcore("verify")
+    assert listed.exit_code == 1 and "does not list: corpus/planted.bin" in listed.output
+    assert mtcore("run", "-q").exit_code == 0 and mtcore("verify").exit_code == 0
     # an edit with a new mtime is found by the cheap check too
-    output.write_bytes(good.replace(b"e", b"E", 1))
+    corpus().write_bytes(good.replace(b"e", b"E", 1))
     assert mtcore("verify").exit_code == 1
 
 

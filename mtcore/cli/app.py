@@ -132,10 +132,11 @@ def verify(
     recipe: Path, profile: str | None, sets: tuple[str, ...], workdir: Path | None, full: bool
 ) -> None:
     """Check the complete steps' outputs against their manifests: files missing, resized, or
-    with a new mtime and other content (--full: every file's sha256). A damaged step runs
-    again on the next `mtcore run`; exit status 1 when one is found."""
+    with a new mtime and other content (--full: every file's sha256), and files or links the
+    manifest does not list. A damaged step is moved to steps/.quarantine/ (kept for a look),
+    so the next `mtcore run` runs it again; exit status 1 when one is found."""
     from mtcore.recipe.plan import make_plan, step_dir
-    from mtcore.run.cache import damage, is_complete
+    from mtcore.run.cache import damage, is_complete, quarantine, unlisted
 
     registry, loaded, _ = _load(recipe, profile, sets)
     where = _workdir(loaded, workdir)
@@ -146,9 +147,15 @@ def verify(
             continue
         checked += 1
         reason = damage(final, full=full)
+        extra = unlisted(final)
+        if reason is None and extra:
+            shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+            reason = f"{final} holds what its manifest does not list: {shown}"
         if reason is not None:
             damaged += 1
-            click.echo(f"damaged {planned.id}: {reason}")
+            moved = quarantine(where, final)
+            click.echo(f"damaged {planned.id}: {reason}; moved to {moved} (the next run runs "
+                       "it again)")  # fmt: skip
     click.echo(f"{checked} complete steps checked ({'sha256' if full else 'size, mtime'}): "
                f"{damaged} damaged")  # fmt: skip
     if damaged:

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -107,6 +108,37 @@ def damage(final: Path, full: bool = False) -> str | None:
             if digest != hashes.get(rel):
                 return f"{path} has other content than when the step wrote it (sha256)"
     return None
+
+
+def unlisted(final: Path) -> list[str]:
+    """Entries under a complete step's folder that its manifest does not list (a file put there
+    after the step ran, or a link): relative paths. Its manifest and logs are listed by nature."""
+    manifest = read_manifest(final)
+    known = set(manifest.get("outputs") or {}) | {MANIFEST}
+    found = []
+    for path in sorted(final.rglob("*")):
+        rel = path.relative_to(final).as_posix()
+        if path.is_symlink() or (path.is_file() and rel not in known and path.suffix != ".log"):
+            found.append(rel)
+    return found
+
+
+def quarantine(workdir: Path, final: Path) -> Path:
+    """Moves a damaged step out of the way (``steps/.quarantine/<id>-<hash>.<time>``), kept for
+    a look; the next run runs the step again."""
+    folder = workdir / "steps" / ".quarantine"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = f"{final.name}.{time.strftime('%Y%m%d-%H%M%S')}"
+    number = 0
+    while True:
+        target = folder / (stamp if not number else f"{stamp}.{number}")
+        try:
+            target.mkdir()  # claimed: no other verify moves a step to this name
+        except FileExistsError:
+            number += 1
+            continue
+        os.rename(final, target)  # onto its own empty folder
+        return target
 
 
 def file_stats(root: Path, outputs: dict[str, str]) -> dict[str, list[int]]:
