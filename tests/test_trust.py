@@ -980,3 +980,33 @@ def test_workdir_files_are_written_through_fresh_temporary_names(tmp_path):
     assert sorted(p.name for p in work.iterdir() if not p.is_symlink()) == [
         "nt5.lock", "nt5.lock.flock", "plan.json", "report.html", "state.json"
     ]  # fmt: skip
+
+
+def test_a_cache_or_workdir_others_may_write_is_refused(tmp_path, monkeypatch):
+    """Issue 70: the shared cache (downloads, conversions, the file-hash memo) was never
+    checked for owner or mode, nor was a workdir; either is read back as mtcore's own."""
+    from mtcore.recipe.hashing import cache_home
+    from mtcore.run.runner import workdir_lock
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("MTCORE_CACHE", str(cache))
+    assert cache_home() == cache
+    cache.chmod(0o777)
+    with pytest.raises(MtcoreError, match="may be written by others: whoever can write"):
+        cache_home()
+    cache.chmod(0o775)
+    with pytest.raises(MtcoreError, match="may be written by its group"):
+        cache_home()
+    cache.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o777)
+    work.chmod(0o777)
+    with (
+        pytest.raises(MtcoreError, match=r"workdir .* may be written by others"),
+        workdir_lock(work),
+    ):
+        pass
+    work.chmod(0o755)
+    with workdir_lock(work):
+        pass

@@ -9,6 +9,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from mtcore.contracts.errors import MtcoreError
+
 CHUNK = 1 << 20
 
 
@@ -87,10 +89,34 @@ def linked_hash(path: Path) -> str | None:
 
 
 def cache_home() -> Path:
-    """``$MTCORE_CACHE``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/mtcore."""
+    """``$MTCORE_CACHE``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/mtcore; refused when it
+    exists and another user owns it or others may write it (:func:`owner_only`)."""
     if os.environ.get("MTCORE_CACHE"):
-        return Path(os.environ["MTCORE_CACHE"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mtcore"
+        home = Path(os.environ["MTCORE_CACHE"]).expanduser()
+    else:
+        home = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mtcore"
+    owner_only(home, "the cache (MTCORE_CACHE)")
+    return home
+
+
+def owner_only(folder: Path, what: str) -> None:
+    """The trust boundary: a folder whose files mtcore reads back as its own (a workdir, its
+    job folders, the cache) is writable by its owner only, and that owner is this user. A
+    folder that does not exist yet passes (it is created with this process's umask)."""
+    try:
+        st = folder.stat()
+    except OSError:
+        return
+    problem = ""
+    if st.st_uid != os.getuid():
+        problem = f"belongs to user {st.st_uid}, not to this one ({os.getuid()})"
+    elif st.st_mode & 0o022:
+        problem = f"may be written by {'others' if st.st_mode & 0o002 else 'its group'}"
+    if problem:
+        raise MtcoreError(
+            f"{what} {folder} {problem}: whoever can write there can change what mtcore reads "
+            f"back as its own (chmod go-w {folder}, or use a folder of your own)"
+        )
 
 
 def content_hash(path: Path) -> str:

@@ -25,6 +25,7 @@ from mtcore.contracts.errors import MtcoreError
 from mtcore.contracts.registry import Registry
 from mtcore.contracts.results import RunResult, StepResult
 from mtcore.contracts.step import config_dict
+from mtcore.recipe.hashing import owner_only
 from mtcore.recipe.load import Recipe
 from mtcore.recipe.plan import PlannedStep, make_plan, step_dir
 from mtcore.run.cache import (
@@ -59,6 +60,7 @@ def workdir_lock(workdir: Path) -> Iterator[None]:
     file keeps the holder's pid to name it, or, left by a killed run, to say whose lock a new run
     takes over."""
     workdir.mkdir(parents=True, exist_ok=True)
+    owner_only(workdir, "workdir")
     with open_lock(workdir / ".lock") as handle:
         holder = handle.read().strip()
         try:
