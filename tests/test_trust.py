@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -1010,3 +1011,25 @@ def test_a_cache_or_workdir_others_may_write_is_refused(tmp_path, monkeypatch):
     work.chmod(0o755)
     with workdir_lock(work):
         pass
+
+
+def test_a_crafted_system_cannot_take_a_real_models_place_in_the_conversion_cache(tmp_path):
+    """Issue 70: the CTranslate2 cache of pretrained models was keyed by the file hashes a
+    model's ``artifact.json`` claims: a crafted system claiming a real model's hashes had its
+    weights installed under that model's key. The key is now the files' own content."""
+    from mtcore.contracts.step import Artifact
+    from mtcore_plugins.common.pretrained import cache_key
+
+    claimed = {"files": {"model.safetensors": "ab" * 32, "config.json": "cd" * 32}}
+    real, crafted = tmp_path / "real", tmp_path / "crafted"
+    for folder, weights in ((real, b"real weights"), (crafted, b"crafted weights")):
+        folder.mkdir()
+        (folder / "config.json").write_text('{"model_type": "marian"}')
+        (folder / "model.safetensors").write_bytes(weights)
+    assert cache_key(Artifact(real, claimed)) != cache_key(Artifact(crafted, claimed))
+    copy = tmp_path / "copy"
+    shutil.copytree(real, copy)  # the same files anywhere: the same conversion
+    assert cache_key(Artifact(copy, {})) == cache_key(Artifact(real, claimed))
+    (crafted / "link").symlink_to(real / "model.safetensors")
+    with pytest.raises(DataError, match="a symbolic link in a pretrained model's folder"):
+        cache_key(Artifact(crafted, claimed))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import Artifact, DataError, cache_home, hash_json
+from mtcore.api import Artifact, DataError, cache_home, content_hash, hash_json
 from mtcore_plugins.common import langcodes
 from mtcore_plugins.common.ct2_convert import install
 
@@ -270,11 +270,20 @@ class PretrainedTokens:
 
 
 def cache_key(model: Artifact) -> str:
+    """The conversion's key: the sha256 of every file in the model's folder, read here (issue
+    70: the hashes its ``artifact.json`` claimed let a crafted system install its weights
+    under a real model's key in the user's cache)."""
     import ctranslate2
 
+    files = {}
+    for path in sorted(model.path.rglob("*")):
+        if path.is_symlink():
+            raise DataError(f"{path}: a symbolic link in a pretrained model's folder")
+        if path.is_file():
+            files[path.relative_to(model.path).as_posix()] = content_hash(path)
     return hash_json(
         {
-            "files": model.meta.get("files", {}),
+            "files": files,
             "converter": CONVERTER_VERSION,
             "ctranslate2": ctranslate2.__version__,
             "kind": "transformers",
