@@ -688,6 +688,18 @@ def test_saved_shard_results_are_data_and_a_damaged_one_runs_again(tmp_path):
     _path(store, 2).write_bytes(data + hashlib.sha256(data).digest())
     with pytest.raises(StepError, match=r"\.open, which is not plain data"):
         run()
+    # issue 70: any class of mtcore's was admitted, and called with the pickle's arguments; a
+    # result that builds the zygote launcher with a chosen PYTHONPATH ran code on the next run
+    from mtcore.exec.launcher import Zygote
+
+    class Launcher:
+        def __reduce__(self):
+            return (Zygote, ({"PYTHONPATH": str(tmp_path)},))
+
+    data = pickle.dumps({"values": Launcher()})
+    _path(store, 2).write_bytes(data + hashlib.sha256(data).digest())
+    with pytest.raises(StepError, match=r"launcher\.Zygote, which is not plain data"):
+        run()
     assert not marker.exists()
     executor.close()
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from mtcore.contracts.errors import PluginError
+from mtcore.contracts.errors import DataError, PluginError
 from mtcore.contracts.plugin import (
     ComponentField,
     ConfigT,
@@ -50,6 +50,41 @@ class Artifact:
     @property
     def type(self) -> str:
         return str(self.meta.get("type", "files"))
+
+    def file(self, key: str, default: str | None = None) -> Path:
+        """The file its metadata names under ``key`` (``checkpoint``, ``model``, ``file``), or
+        ``default`` where it names none: :meth:`member` of that name."""
+        name = self.meta.get(key, default)
+        if name is None:
+            raise DataError(f"{self.path}: {ARTIFACT_FILE} names no {key!r} file")
+        return self.member(name, key)
+
+    def member(self, name: object, what: str = "file") -> Path:
+        """The regular file ``name`` inside this artifact's folder. ``artifact.json`` is data
+        (an exported system comes from someone else): a name is a plain relative path, never
+        absolute, with no ``..``, link or device on the way (issue 70: ``/etc/passwd`` and a
+        model outside the system were read through such names)."""
+        text = name if isinstance(name, str) else ""
+        parts = text.split("/")
+        if (
+            not text
+            or text.startswith("/")
+            or any(p in ("", ".", "..") for p in parts)
+            or any(ord(c) < 32 or c == "\\" for c in text)
+        ):
+            raise DataError(
+                f"{self.path}: {ARTIFACT_FILE} names {name!r} as its {what}; give a plain "
+                "relative path inside the folder (not absolute, no '..', no control characters)"
+            )
+        path = self.path.joinpath(*parts)
+        current = self.path
+        for part in parts:
+            current = current / part
+            if current.is_symlink():
+                raise DataError(f"{current}: a symbolic link; an artifact holds plain files")
+        if not path.is_file():
+            raise DataError(f"{path}: the {what} {ARTIFACT_FILE} names is not a file here")
+        return path
 
 
 def write_artifact_meta(path: Path, **meta: Any) -> None:

@@ -8,11 +8,13 @@ shard order whatever the executor's scheduling.
 A saved result is data: its file ends with the sha256 of what precedes it, and a rerun that
 finds one damaged (a disk full, an edit) discards it and computes the shard again instead of
 failing on it forever; it is read back by an unpickler that builds only plain data (builtins,
-containers, NumPy arrays) and classes of mtcore's own packages, never calls anything else.
+containers, NumPy arrays) and record classes of mtcore's own packages (dataclasses, named
+tuples, enums), never calls anything else.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -21,6 +23,7 @@ import os
 import pickle
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -183,9 +186,22 @@ _PLAIN = {
 _NUMPY = {"_reconstruct", "_frombuffer", "scalar", "ndarray", "dtype"}
 
 
+def is_record(found: object) -> bool:
+    """A class that only holds data: a dataclass without ``__post_init__`` (its ``__init__``
+    assigns fields), a named tuple or an enum. Building one with chosen arguments runs no code
+    of consequence, unlike any other class (issue 70: a saved result whose reduce built the
+    zygote launcher with a chosen ``PYTHONPATH`` ran a ``sitecustomize.py`` on the next run)."""
+    if not isinstance(found, type):
+        return False
+    if dataclasses.is_dataclass(found):
+        return not hasattr(found, "__post_init__")
+    return (issubclass(found, tuple) and hasattr(found, "_fields")) or issubclass(found, Enum)
+
+
 class DataUnpickler(pickle.Unpickler):
     """Builds plain data only: the builtins and containers above, NumPy arrays and scalars,
-    and classes (never functions) of mtcore's own packages; any other global is refused."""
+    and record classes of mtcore's own packages (:func:`is_record`); any other global is
+    refused."""
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _PLAIN:
@@ -194,7 +210,7 @@ class DataUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module.split(".")[0] in ("mtcore", "mtcore_plugins"):
             found = super().find_class(module, name)
-            if isinstance(found, type):
+            if is_record(found):
                 return found
         raise pickle.UnpicklingError(
             f"a saved shard result names {module}.{name}, which is not plain data"
