@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1045,3 +1046,41 @@ def test_a_crafted_system_cannot_take_a_real_models_place_in_the_conversion_cach
     (crafted / "link").symlink_to(real / "model.safetensors")
     with pytest.raises(DataError, match="a symbolic link in a pretrained model's folder"):
         cache_key(Artifact(crafted, claimed))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["/etc/passwd", "../secret.txt", "sub/../../secret.txt", "/dev/zero", "", ".", "a//b",
+     "link.pt", "sub", "nul\x00.pt", "C:\\model.pt", 7, None, ["checkpoint.pt"]],
+)  # fmt: skip
+def test_a_file_an_artifact_names_is_a_plain_file_inside_it(tmp_path, name):
+    """Issue 70: the names inside an artifact's own ``artifact.json`` were joined with ``/``,
+    where an absolute path wins: a system naming ``/etc/passwd`` printed its first line, one
+    naming a model outside it translated with that model, ``/dev/zero`` grew to 2.7 GB. Every
+    reader now takes the name through ``Artifact.member``."""
+    from mtcore.contracts.step import Artifact
+
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "checkpoint.pt").write_bytes(b"weights")
+    (tmp_path / "secret.txt").write_text("secret")
+    (folder / "link.pt").symlink_to(tmp_path / "secret.txt")
+    artifact = Artifact(folder, {"checkpoint": name})
+    assert artifact.file("model", "checkpoint.pt") == folder / "checkpoint.pt"
+    with pytest.raises(DataError) as found:
+        artifact.file("checkpoint")
+    assert "secret" not in str(found.value).replace("secret.txt", "")
+
+
+def test_readers_take_an_artifacts_names_through_member():
+    """No reader joins an ``artifact.json`` name onto a folder by hand any more (the pattern
+    the finding above was made of)."""
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"(path|folder) / [a-z_.]*meta(\.get\(|\[)")
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted((root / "plugins").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert found == []

@@ -37,7 +37,7 @@ MODELS = ("transformer", "mtcore_transformer")
 
 
 def checkpoint_path(model: Artifact) -> Path:
-    return model.path / str(model.meta.get("checkpoint", "checkpoint.pt"))
+    return model.file("checkpoint", "checkpoint.pt")
 
 
 def checkpoint_args(path: Path) -> Any:

@@ -64,7 +64,7 @@ def export_ctranslate2(
         (out / LIMITS_FILE).write_text((unquantized / LIMITS_FILE).read_text())
         files = [n for n in model.meta.get("files", {}) if n not in ("config.json", WEIGHTS)]
         for name in files:
-            shutil.copyfile(model.path / name, out / name)
+            shutil.copyfile(model.member(name), out / name)
         tokens = PretrainedTokens.load(model, config.src, config.tgt, config.src_token,
                                        config.tgt_token)  # fmt: skip
         tokenizer = {"kind": "transformers", "class": model.meta.get("tokenizer"),
@@ -93,8 +93,7 @@ def export_ctranslate2(
                          "the tokenizer's sp_model (no EOS: the model adds it)"}  # fmt: skip
         else:
             spm = inputs["spm"]
-            name = str(spm.meta.get("model", "spm.model"))
-            shutil.copyfile(spm.path / name, out / "spm.model")
+            shutil.copyfile(spm.file("model", "spm.model"), out / "spm.model")
             tokenizer = {"kind": "sentencepiece", "files": ["spm.model"],
                          "eos": "added by the model: give the pieces alone"}  # fmt: skip
     job = DecodeJob(step_id, inputs)

@@ -133,7 +133,7 @@ def load_ensemble(
     register_models(list(dict.fromkeys(names)), registry)
     add_safe_globals()
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(m.path / m.meta.get("checkpoint", "checkpoint.pt")) for m in members.values()],
+        [str(m.file("checkpoint", "checkpoint.pt")) for m in members.values()],
         arg_overrides={"data": str(members["model"].path), "source_lang": src, "target_lang": tgt},
     )
     where = pick_device(device)

@@ -278,7 +278,7 @@ def write_fairseq(
     cached = bool(written.config.use_cache)
     generation(search, positions[1], [], use_cache=cached).save_pretrained(str(out))
     spm = inputs["spm"]
-    shutil.copyfile(spm.path / str(spm.meta.get("model", "spm.model")), out / "spm.model")
+    shutil.copyfile(spm.file("model", "spm.model"), out / "spm.model")
     for name, d in zip(VOCABS, dictionaries, strict=True):
         vocab = dict(d.indices)  # what fairseq's encode_line looks pieces up in, in id order
         (out / name).write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n")
@@ -515,7 +515,7 @@ def write_pretrained(
     hf.to(getattr(torch, dtype)).save_pretrained(str(out), safe_serialization=True)
     files = [n for n in model.meta.get("files", {}) if n not in ("config.json", WEIGHTS)]
     for name in files:
-        shutil.copyfile(model.path / name, out / name)
+        shutil.copyfile(model.member(name), out / name)
     written = Artifact(out, dict(model.meta))  # the copied tokenizer is the one used
     tokens = PretrainedTokens.load(
         written, search.src, search.tgt, search.src_token, search.tgt_token

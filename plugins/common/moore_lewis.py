@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.api import Pair, PluginConfig, PluginError
+from mtcore.api import Artifact, Pair, PluginConfig, PluginError
 from mtcore_plugins.common.ngram import kenlm_meta, lm_line, load_model
 
 UNK = "<unk>"
@@ -93,7 +93,8 @@ class CrossEntropyDifference:
                     f"{plugin}: the kenlm model at {folder} (input {role!r}) has no model for "
                     f"{missing}; it has {meta['langs']}"
                 )
-            self.paths[key] = {i: folder / meta["files"][langs[i]] for i in self.sides}
+            lm = Artifact(folder, meta)
+            self.paths[key] = {i: lm.member(meta["files"][langs[i]]) for i in self.sides}
 
     def cross_entropies(self, model: str, side: int, lines: Sequence[str]) -> list[float]:
         """log10 per-token cross-entropy of each tokenized line under one model."""

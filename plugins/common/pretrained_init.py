@@ -260,4 +260,4 @@ def copy_tokenizer(model: Artifact, out: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     for name in model.meta.get("files", {}):
         if name != WEIGHTS:
-            shutil.copyfile(model.path / name, target / name)
+            shutil.copyfile(model.member(name), target / name)

@@ -13,7 +13,7 @@ def load_spm(path: Path) -> Any:
 
     from mtcore.api import Artifact
 
-    meta = Artifact.open(path).meta
-    if meta.get("type") != "sentencepiece":
-        raise DataError(f"{path} is not a SentencePiece model (artifact type {meta.get('type')!r})")
-    return spm.SentencePieceProcessor(model_file=str(path / meta.get("model", "spm.model")))
+    artifact = Artifact.open(path)
+    if artifact.meta.get("type") != "sentencepiece":
+        raise DataError(f"{path} is not a SentencePiece model (artifact type {artifact.type!r})")
+    return spm.SentencePieceProcessor(model_file=str(artifact.file("model", "spm.model")))

@@ -43,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from mtcore.api import Filter, Pair, PluginConfig, PluginError
+from mtcore.api import Artifact, Filter, Pair, PluginConfig, PluginError
 from mtcore_plugins.common.ngram import kenlm_meta, load_model
 
 
@@ -117,7 +117,8 @@ class LanguageModelFilter(Filter[LanguageModelConfig]):
         self.meta = self._meta(folder, config.lm)
         modelled = set(self.meta["langs"])
         self.sides = [i for i, lang in enumerate(langs) if lang in modelled]
-        self.paths = {i: folder / self.meta["files"][langs[i]] for i in self.sides}
+        lm = Artifact(folder, self.meta)
+        self.paths = {i: lm.member(self.meta["files"][langs[i]]) for i in self.sides}
         if not self.sides:
             raise PluginError(
                 f"filter 'lm': the models in {folder} are for {sorted(modelled)}, none of the "

@@ -57,7 +57,7 @@ class NeuralLMScorer(Scorer[NeuralLMConfig]):
             )
         add_safe_globals()
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [str(lm.path / lm.meta.get("checkpoint", "checkpoint.pt"))],
+            [str(lm.file("checkpoint", "checkpoint.pt"))],
             arg_overrides={"data": str(lm.path)},
         )
         self.model = models[0].eval()

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.api import PluginConfig, PluginError, Scorer
+from mtcore.api import Artifact, PluginConfig, PluginError, Scorer
 
 
 class NgramLMConfig(PluginConfig):
@@ -40,7 +40,7 @@ class NgramLMScorer(Scorer[NgramLMConfig]):
                 f"scorer 'ngram_lm': {folder} has models for {sorted(meta.get('files', {}))}, "
                 f"not the target language {tgt!r} (set langs on the kenlm step)"
             )
-        self.model = load_model(folder / meta["files"][tgt])
+        self.model = load_model(Artifact(folder, meta).member(meta["files"][tgt], f"{tgt} model"))
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         from mtcore_plugins.common.ngram import lm_line

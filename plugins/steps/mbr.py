@@ -269,7 +269,7 @@ def _forgetting() -> Iterator[None]:
 
 
 def nbest_file(artifact: Artifact) -> Path:
-    return artifact.path / artifact.meta.get("file", "nbest.jsonl")
+    return artifact.file("file", "nbest.jsonl")
 
 
 def shards(

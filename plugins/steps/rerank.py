@@ -132,7 +132,7 @@ class RerankStep(Step[RerankConfig]):
             dev_writer.finish()
         test_writer = NBestWriter(ctx.output("nbest"), src, tgt)
         entries = add_features(
-            ctx, test.path / test.meta.get("file", "nbest.jsonl"), test_writer, specs, resources,
+            ctx, test.file("file", "nbest.jsonl"), test_writer, specs, resources,
             config.shard_size, threads, "test",
         )  # fmt: skip
         test_writer.close(reranked=True)
@@ -188,7 +188,7 @@ class RerankStep(Step[RerankConfig]):
                 f"{ctx.step_id}: dev_ref {ref.file(tgt)} has {len(refs)} lines, dev_nbest "
                 f"{dev.meta.get('lines')} entries: a reference per n-best entry"
             )
-        return dev.path / dev.meta.get("file", "nbest.jsonl"), refs
+        return dev.file("file", "nbest.jsonl"), refs
 
     def _weights(
         self,

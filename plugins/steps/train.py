@@ -415,7 +415,7 @@ class TrainStep(Step[TrainConfig]):
                 f"{where} is {meta.get('direction', 'l2r')}; set direction: "
                 f"{meta.get('direction', 'l2r')} or start from another model"
             )
-        checkpoint = init.path / meta.get("checkpoint", "checkpoint.pt")
+        checkpoint = init.file("checkpoint", "checkpoint.pt")
         langs = (data.meta["src"], data.meta["tgt"])
         old = tuple(init.path / f"dict.{lang}.txt" for lang in langs)
         new = tuple(data.path / f"dict.{lang}.txt" for lang in langs)

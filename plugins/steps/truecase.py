@@ -333,4 +333,4 @@ class TruecaseStep(Step[TruecaseConfig]):
                 f"the truecaser model {model.path} has no model for {', '.join(lacking)} "
                 f"(it has {', '.join(files) or 'none'})"
             )
-        return {lang: str(model.path / files[lang]) for lang in wanted}
+        return {lang: str(model.member(files[lang], f"{lang} model")) for lang in wanted}
