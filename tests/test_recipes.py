@@ -204,8 +204,9 @@ def repeats(line: str, unspaced: bool) -> bool:
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 README_SCORES = re.compile(
-    r"scores chrF (?P<enja>[\d.]+) en→ja and (?P<jaen>[\d.]+) ja→en on (?P<lines>\d+) held-out"
-    r"\s+strings, against\s+(?P<base_enja>[\d.]+) and (?P<base_jaen>[\d.]+) for its baseline"
+    r"scores\s+chrF\s+(?P<enja>[\d.]+)\s+en→ja\s+and\s+(?P<jaen>[\d.]+)\s+ja→en\s+on\s+"
+    r"(?P<lines>\d+)\s+held-out\s+strings,\s+against\s+(?P<base_enja>[\d.]+)\s+and\s+"
+    r"(?P<base_jaen>[\d.]+)\s+for\s+its\s+baseline"
 )
 
 
@@ -222,7 +223,8 @@ def check_readme(recipe, work: Path) -> None:
             assert f"{score:.1f}" == found[key], (stage, direction, score, found[key])
         lines = stage_lines(recipe, work, f"eval_rerank_{direction}")
         assert len(lines) == int(found["lines"]), (direction, len(lines))
-    (example,) = re.findall(r"```bash\n(.*?mtcore translate.*?)```", text, re.S)
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    (example,) = [b for b in blocks if "| .venv/bin/mtcore translate" in b]
     command, *shown = example.strip().split("\n")
     expected = [line.removeprefix("# ") for line in shown]
     assert expected and all(line.startswith("# ") for line in shown), example

@@ -148,7 +148,7 @@ def entries(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.TarInfo]:
         seen += 1
         if seen > most:
             raise DataError(too_many(archive, most))
-        tar.members.clear()
+        tar.members.clear()  # type: ignore[attr-defined]
         yield info
 
 
