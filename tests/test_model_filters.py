@@ -334,7 +334,7 @@ def test_sentence_transformers_missing_package_is_a_clear_error(registry, tmp_pa
     else:
         pytest.skip("sentence-transformers is installed: the missing-package error cannot occur")
     plugin = build(registry, "embedding", backend="sentence_transformers", model=str(tmp_path))
-    with pytest.raises(PluginError, match=r"pip install 'sentence-transformers>=3'"):
+    with pytest.raises(PluginError, match=r"pip install 'sentence-transformers>=6'"):
         plugin.score([("hello", "こんにちは")])
 
 
