@@ -260,7 +260,7 @@ class Driver:
             if manifest is not None:
                 self._finished(planned, "cached", manifest)
                 continue
-            if len(self.running) >= self.runner.slots.get("steps", len(self.running) + 1):
+            if self._at_cap(len(self.running)):
                 held.append(item)
                 continue
             need = fitted(self.needs[planned.id], self.most)
@@ -275,11 +275,16 @@ class Driver:
             heapq.heappush(self.ready, item)
         return free
 
+    def _at_cap(self, running: int) -> bool:
+        """``running`` steps are as many as ``--slots steps=K`` lets run at once."""
+        cap = self.runner.slots.get("steps")
+        return cap is not None and running >= cap
+
     def _behind(self, room: int) -> int:
         """The CPUs that the ready steps behind the one starting, in their order, would start
         with beside it, in ``room`` CPUs (each of them at its fewest)."""
         taken = 0
-        if len(self.running) + 1 >= self.runner.slots.get("steps", len(self.ready) + 2):
+        if self._at_cap(len(self.running) + 1):
             return taken  # no step starts beside it
         for _, _, step_id in sorted(self.ready):
             if step_id in self.skipped:

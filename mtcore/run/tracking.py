@@ -178,7 +178,7 @@ class MlflowTracker:
         except Exception as exc:  # the store cannot be reached: say so before any step runs
             raise MtcoreError(
                 f"tracking: MLflow at {redact(uri)} cannot be used ({type(exc).__name__}: "
-                f"{redact(str(exc).replace(uri, redact(uri)))[:300]}); start the server or run "
+                f"{redact(str(exc))[:300]}); start the server or run "
                 "without --track"
             ) from None
         self._stop.clear()
