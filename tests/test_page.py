@@ -5,6 +5,7 @@ page of a whole smoke run is checked in tests/test_recipes.py."""
 from __future__ import annotations
 
 import fcntl
+import inspect
 import json
 import re
 from html.parser import HTMLParser
@@ -13,7 +14,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from mtcore.cli.app import cli
-from mtcore.run.page import collect, write_page
+from mtcore.run.page import collect, line_chart, write_page
 from mtcore_plugins.common.train_log import parse_curves
 
 from .browser import SECTIONS, view_page
@@ -90,6 +91,45 @@ def workdir_mid_run(work: Path) -> Path:
     return work
 
 
+class Parsed(HTMLParser):
+    """A page as a browser parses it: its elements, their attributes and the text between
+    (references resolved), and the text of its ``<style>``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.attributes: list[tuple[str, str]] = []
+        self.text: list[str] = []
+        self.style: list[str] = []
+        self._in: list[str] = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attributes += [(name, value or "") for name, value in attrs]
+        self._in.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attributes += [(name, value or "") for name, value in attrs]
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._in:
+            del self._in[len(self._in) - 1 - self._in[::-1].index(tag) :]
+
+    def handle_data(self, data: str) -> None:
+        (self.style if self._in and self._in[-1] == "style" else self.text).append(data)
+
+
+# every element the page draws; a string from the data that escaped escaping would add one
+PAGE_TAGS = {
+    "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "h3", "p", "nav",
+    "a", "main", "section", "table", "tr", "th", "td", "span", "code", "ul", "li", "b", "div",
+    "svg", "text", "rect", "line", "polyline", "circle",
+}  # fmt: skip
+
+
 class Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -118,7 +158,10 @@ def test_page_during_a_run_shows_curves_so_far_funnel_and_rejects(registry, tmp_
     links.feed(text)
     assert set(links.targets) <= links.ids, set(links.targets) - links.ids
     assert {f"step-{s}" for s in ("clean", "train", "eval_base")} <= links.ids
-    assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)" in text
+    parsed = Parsed(text)
+    assert parsed.tags <= PAGE_TAGS - {"b"}, parsed.tags - PAGE_TAGS  # no <b> of the data
+    assert "<script>" not in text and "&lt;script&gt;alert(" in text
+    assert HOSTILE in "".join(parsed.text)  # shown as the text it is
     assert "ファイルが見つかりません" in text and ">412 3<" in text
     assert "850 of 1,000 pairs kept (85.0 %)" in text
     assert "complete (requeued 2x)" in text  # its Slurm job was stopped twice and queued again
@@ -127,6 +170,56 @@ def test_page_during_a_run_shows_curves_so_far_funnel_and_rejects(registry, tmp_
     assert re.search(r"train/loss @ 30: 7\.99<", text) and "train/loss @ 30: 7.995" not in text
     assert "No step has scored the system yet." in text
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")  # nothing fetched
+
+
+STYLE_BREAK = "</style><script>alert(1)</script>"
+ATTRIBUTE_BREAK = '"><img src=x onerror=alert(2)>'
+
+
+def hostile_workdir(work: Path) -> Path:
+    """The mid-run workdir with hostile text wherever the data reaches the page: a step id
+    (a table row, a link, a plan-graph box, chart titles and bar labels in SVG), a filter's
+    name, the rejected pairs (corpus text, long enough to be cut into a tooltip), the recipe,
+    profile and paper names, and a curve's name (an SVG legend)."""
+    workdir_mid_run(work)
+    plan = json.loads((work / "plan.json").read_text(encoding="utf-8"))
+    plan.update(recipe=STYLE_BREAK, profile=ATTRIBUTE_BREAK, paper=STYLE_BREAK, ablated=[HOSTILE])
+    plan["steps"][1]["id"] = STYLE_BREAK + ATTRIBUTE_BREAK  # the training: curves, SVG titles
+    (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    clean = work / "steps" / "clean-aaa"
+    manifest = json.loads((clean / "manifest.json").read_text(encoding="utf-8"))
+    manifest["counts"][f"dropped.{ATTRIBUTE_BREAK}"] = 3
+    manifest["counts"]["pairs_out"] -= 3
+    (clean / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (clean / "rejects" / "length.tsv").write_text(
+        f"{STYLE_BREAK}\t{ATTRIBUTE_BREAK}\n{STYLE_BREAK * 20}\t{ATTRIBUTE_BREAK * 20}\n",
+        encoding="utf-8",
+    )
+    return work
+
+
+def test_hostile_text_in_every_place_stays_text(registry, tmp_path: Path) -> None:
+    """Text that closes the stylesheet and starts a script, or closes an attribute and adds
+    an element with a handler, is shown as text wherever it comes from; the page is the same
+    elements as ever and its stylesheet is the package's file."""
+    work = hostile_workdir(tmp_path / "work")
+    text = write_page(work, registry).read_text(encoding="utf-8")
+    parsed = Parsed(text)
+    assert parsed.tags <= PAGE_TAGS, parsed.tags - PAGE_TAGS
+    assert not [name for name, _ in parsed.attributes if name.startswith("on")]
+    assert "<script" not in text and "<img" not in text and text.count("</style>") == 1
+    css = (Path(inspect.getfile(collect)).parent / "templates" / "page.css").read_text()
+    assert "".join(parsed.style).strip() == css.strip()
+    shown = "".join(parsed.text)
+    assert STYLE_BREAK in shown and ATTRIBUTE_BREAK in shown and HOSTILE in shown
+    assert f"{STYLE_BREAK}{ATTRIBUTE_BREAK}: loss" in shown  # an SVG chart's title
+    titles = [value for name, value in parsed.attributes if name in ("title", "aria-label")]
+    assert STYLE_BREAK * 20 in titles  # the whole rejected side, in its cell's tooltip
+    chart = Parsed(line_chart({ATTRIBUTE_BREAK: [(1, 2.0), (2, 1.0)]}, STYLE_BREAK))
+    assert chart.tags == {"svg", "text", "rect", "line", "polyline", "circle", "title"}
+    assert (
+        ATTRIBUTE_BREAK in "".join(chart.text) and ("aria-label", STYLE_BREAK) in chart.attributes
+    )
 
 
 def test_page_in_chromium(registry, tmp_path: Path) -> None:
