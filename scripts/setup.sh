@@ -30,6 +30,14 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q
 # in it, since its module (fasttext) would shadow fasttext-predict's, which the filters load.
 "${pip[@]}" --no-deps --upgrade --target "$venv/fasttext-train" fasttext-numpy2-wheel==0.9.2
 bash "$root/scripts/build_kenlm.sh" "$venv"
+# The Debian packages the tests use (Chromium, a one-node Slurm), installed before anything
+# runs: NT5's default corpus is the system's gettext catalogs, and these packages bring their
+# own (GTK, AT-SPI, man-db among them), so `make nt5` run before `make test` trained on other
+# data than after it.
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    bash "$root/scripts/chromium_local.sh" install
+    bash "$root/scripts/slurm_local.sh" install
+fi
 "${pip[@]}" --no-deps --no-build-isolation -e "$root"
 echo "$want" > "$stamp"
 echo "mtcore setup: done" >&2
