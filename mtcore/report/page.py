@@ -24,17 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from mtcore.contracts.errors import MtcoreError
 from mtcore.exec.files import replace_file
+from mtcore.run.plan_file import plan_file
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
-    from mtcore.contracts.results import RunResult
-    from mtcore.recipe.load import Recipe
-    from mtcore.recipe.plan import PlannedStep
+    from mtcore.run.results import RunResult
 
 PAGE_FILE = "report.html"
-PLAN_FILE = "plan.json"
 REJECT_ROWS = 8  # rejected pairs shown per filter (the step keeps more: rejects/<filter>.tsv)
 PALETTE = ("#4472c4", "#ed7d31", "#70ad47", "#a5a5a5", "#ffc000", "#5b9bd5", "#264478", "#9e480e")
 STATUS_COLOURS = {
@@ -48,51 +46,8 @@ STATUS_COLOURS = {
 }
 
 
-def plan_file(workdir: Path, label: str | None = None) -> Path:
-    return workdir / (PLAN_FILE if label is None else f"plan.{label}.json")
-
-
 def page_file(workdir: Path, label: str | None = None) -> Path:
     return workdir / (PAGE_FILE if label is None else f"report.{label}.html")
-
-
-def write_plan(
-    workdir: Path,
-    recipe: Recipe,
-    plan: list[PlannedStep],
-    needs: dict[str, str],
-    label: str | None = None,
-) -> Path:
-    """The plan as the page reads it; written by the runner when a run starts."""
-    from mtcore.recipe.graph import split_reference
-
-    steps = []
-    for planned in plan:
-        stage = planned.spec.plugin.stage(planned.id)
-        steps.append(
-            {
-                "id": planned.id,
-                "kind": planned.spec.kind,
-                "dir": planned.dirname,
-                "inputs": {
-                    role: split_reference(ref)[0] for role, ref in planned.spec.inputs.items()
-                },
-                "stage": None if stage is None else list(stage),
-                "holds": needs.get(planned.id, ""),
-            }
-        )
-    document = {
-        "recipe": recipe.name,
-        "profile": recipe.profile,
-        "paper": recipe.head.paper,
-        "label": label,
-        "ablated": list(recipe.ablated),
-        "started": time.time(),
-        "steps": steps,
-    }
-    path = plan_file(workdir, label)
-    replace_file(path, json.dumps(document, indent=1, ensure_ascii=False))
-    return path
 
 
 # --- what the page shows ---------------------------------------------------------------------
