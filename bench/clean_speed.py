@@ -77,7 +77,8 @@ MTCORE_CHAIN = [
 
 def base_pairs() -> list[tuple[str, str]]:
     from mtcore.contracts.stats import Stats
-    from mtcore.data.corpus import INNER_BREAKS, InputPolicy
+    from mtcore.data.corpus import InputPolicy
+    from mtcore.text.chars import INNER_BREAKS
     from mtcore_plugins.sources.gettext import GettextSource
 
     def read(path: Path) -> list[str]:

@@ -23,11 +23,11 @@ from pathlib import Path
 from mtcore.contracts.registry import load_registry
 from mtcore.recipe.load import load_recipe
 from mtcore.recipe.plan import make_plan, step_dir
+from mtcore.report.markdown import write_report
+from mtcore.report.page import write_page
+from mtcore.report.tracking import MlflowTracker
 from mtcore.run.cache import is_complete, read_manifest
-from mtcore.run.page import write_page
-from mtcore.run.report import write_report
 from mtcore.run.runner import RunResult, StepResult
-from mtcore.run.tracking import MlflowTracker
 
 
 def timed(call) -> float:  # type: ignore[no-untyped-def]

@@ -1,12 +1,10 @@
 """mtcore: machine-translation systems from YAML recipes, every technique a plugin.
 
 The core is laid out by concern (docs/plugins.md, "The core's layout"); plugins import
-:mod:`mtcore.api` and nothing else. The flat module paths of before still import, with a
-deprecation warning (:mod:`mtcore._moved`).
+:mod:`mtcore.api` and nothing else. Its folders are layers, each importing only those below it
+(lowest first; import-linter checks it, ``[tool.importlinter]`` in pyproject.toml):
+
+    contracts < recipe < exec < text < data < chain < run < system < report < cli | api
 """
 
-from mtcore import _moved
-
 __version__ = "0.1.0"
-
-_moved.install()

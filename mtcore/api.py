@@ -6,37 +6,145 @@ modules can move without breaking anyone's package. docs/plugins.md groups these
 they are for and states each plugin kind's contract.
 
 The names load on first use (PEP 562): ``from mtcore.api import Filter`` costs what importing
-``mtcore.contracts.plugin`` costs, not the whole core (NumPy, numba), so a step's process starts as
-fast
-as before. The ``TYPE_CHECKING`` block below is the one list of the public names: type
-checkers read it as re-exports, and at run time this module reads it from its own source.
+``mtcore.contracts.kinds`` costs, not the whole core (NumPy, numba), so a step's process starts
+as fast as before. ``_WHERE`` says where each name is defined; the ``TYPE_CHECKING`` block
+below lists the same names for type checkers, as re-exports (``tests/test_lint.py`` checks
+that the two agree).
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
-def _public() -> dict[str, str]:
-    """Each public name and the module that defines it, from the ``TYPE_CHECKING`` block."""
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    for node in tree.body:
-        if not isinstance(node, ast.If) or not isinstance(node.test, ast.Name):
-            continue
-        if node.test.id == "TYPE_CHECKING":
-            return {
-                alias.name: str(stmt.module)
-                for stmt in node.body
-                if isinstance(stmt, ast.ImportFrom)
-                for alias in stmt.names
-            }
-    raise ImportError(f"{__file__}: no TYPE_CHECKING block lists the public names")
-
-
-_WHERE = _public()
+#: Each public name and the module that defines it.
+_WHERE: dict[str, str] = {
+    "clean_corpus": "mtcore.chain.cleaning",
+    "score_corpus": "mtcore.chain.cleaning",
+    "ComponentSpec": "mtcore.chain.components",
+    "built": "mtcore.chain.components",
+    "component_specs": "mtcore.chain.components",
+    "field_specs": "mtcore.chain.components",
+    "ENGINE_KEYS": "mtcore.chain.filtering",
+    "check_chain": "mtcore.chain.filtering",
+    "make_specs": "mtcore.chain.filtering",
+    "KeepSpec": "mtcore.chain.ranking",
+    "ranked_cut": "mtcore.chain.ranking",
+    "PROCESSOR_KEYS": "mtcore.chain.rewriting",
+    "ShardOutput": "mtcore.chain.rewriting",
+    "check_processor_langs": "mtcore.chain.rewriting",
+    "checked_codes": "mtcore.chain.rewriting",
+    "checked_lines": "mtcore.chain.rewriting",
+    "encode_lines": "mtcore.chain.rewriting",
+    "process_shard": "mtcore.chain.rewriting",
+    "rewrite_corpus": "mtcore.chain.rewriting",
+    "rewrite_shard": "mtcore.chain.rewriting",
+    "Budget": "mtcore.chain.selection",
+    "Selector": "mtcore.chain.selection",
+    "select_pool": "mtcore.chain.selection",
+    "ComponentField": "mtcore.contracts.components",
+    "check_components": "mtcore.contracts.components",
+    "component_fields": "mtcore.contracts.components",
+    "components": "mtcore.contracts.components",
+    "entry_name": "mtcore.contracts.components",
+    "DataError": "mtcore.contracts.errors",
+    "MtcoreError": "mtcore.contracts.errors",
+    "PluginError": "mtcore.contracts.errors",
+    "StepError": "mtcore.contracts.errors",
+    "hookimpl": "mtcore.contracts.hooks",
+    "HASHED_WHEN_SET": "mtcore.contracts.identity",
+    "NOT_IDENTITY": "mtcore.contracts.identity",
+    "identity_dict": "mtcore.contracts.identity",
+    "ignored_when": "mtcore.contracts.identity",
+    "Augmenter": "mtcore.contracts.kinds",
+    "CatalogEntry": "mtcore.contracts.kinds",
+    "CorpusFit": "mtcore.contracts.kinds",
+    "Executor": "mtcore.contracts.kinds",
+    "Filter": "mtcore.contracts.kinds",
+    "Metric": "mtcore.contracts.kinds",
+    "Model": "mtcore.contracts.kinds",
+    "NBest": "mtcore.contracts.kinds",
+    "Processor": "mtcore.contracts.kinds",
+    "Scorer": "mtcore.contracts.kinds",
+    "Source": "mtcore.contracts.kinds",
+    "Tuner": "mtcore.contracts.kinds",
+    "ConfigT": "mtcore.contracts.plugin",
+    "Pair": "mtcore.contracts.plugin",
+    "PluginConfig": "mtcore.contracts.plugin",
+    "Registry": "mtcore.contracts.registry",
+    "load_registry": "mtcore.contracts.registry",
+    "suggest": "mtcore.contracts.registry",
+    "Resources": "mtcore.contracts.resources",
+    "cores": "mtcore.contracts.resources",
+    "largest": "mtcore.contracts.resources",
+    "parse_time": "mtcore.contracts.resources",
+    "total": "mtcore.contracts.resources",
+    "Ended": "mtcore.contracts.scheduler",
+    "Job": "mtcore.contracts.scheduler",
+    "Scheduler": "mtcore.contracts.scheduler",
+    "Stats": "mtcore.contracts.stats",
+    "Artifact": "mtcore.contracts.step",
+    "ModelExport": "mtcore.contracts.step",
+    "Step": "mtcore.contracts.step",
+    "StepContext": "mtcore.contracts.step",
+    "thread_count": "mtcore.contracts.step",
+    "write_artifact_meta": "mtcore.contracts.step",
+    "find_member": "mtcore.data.archives",
+    "Corpus": "mtcore.data.corpus",
+    "CorpusWriter": "mtcore.data.corpus",
+    "Input": "mtcore.data.corpus",
+    "InputPolicy": "mtcore.data.corpus",
+    "batched": "mtcore.data.corpus",
+    "read_parallel": "mtcore.data.corpus",
+    "write_corpus_meta": "mtcore.data.corpus",
+    "read_sgm": "mtcore.data.formats",
+    "read_ted": "mtcore.data.formats",
+    "read_wmt_xml": "mtcore.data.formats",
+    "ingest": "mtcore.data.ingest",
+    "read_tsv": "mtcore.data.read",
+    "same_file": "mtcore.exec.files",
+    "PARENT_ENV": "mtcore.exec.process",
+    "die_with_parent": "mtcore.exec.process",
+    "run_logged": "mtcore.exec.process",
+    "safe_torch_loads": "mtcore.exec.process",
+    "tail": "mtcore.exec.process",
+    "current_task": "mtcore.exec.ranks",
+    "publish_ranks": "mtcore.exec.ranks",
+    "AppendLog": "mtcore.exec.shards",
+    "map_shards": "mtcore.exec.shards",
+    "worker_forget": "mtcore.exec.shards",
+    "worker_memo": "mtcore.exec.shards",
+    "cache_home": "mtcore.recipe.hashing",
+    "content_hash": "mtcore.recipe.hashing",
+    "hash_file": "mtcore.recipe.hashing",
+    "hash_json": "mtcore.recipe.hashing",
+    "LOCK_ENV": "mtcore.run.cache",
+    "open_lock": "mtcore.run.cache",
+    "job_command": "mtcore.run.jobs",
+    "job_state": "mtcore.run.jobs",
+    "record_requeue": "mtcore.run.jobs",
+    "requeue_count": "mtcore.run.jobs",
+    "run_job": "mtcore.run.jobs",
+    "run_task": "mtcore.run.jobs",
+    "Score": "mtcore.system.metrics",
+    "build_metrics": "mtcore.system.metrics",
+    "check_lengths": "mtcore.system.metrics",
+    "evaluate": "mtcore.system.metrics",
+    "read_segments": "mtcore.system.metrics",
+    "BlockReader": "mtcore.text.block",
+    "RawBlock": "mtcore.text.block",
+    "TextBlock": "mtcore.text.block",
+    "TextColumn": "mtcore.text.block",
+    "code_table": "mtcore.text.block",
+    "line_of_offsets": "mtcore.text.block",
+    "lines_of_codes": "mtcore.text.block",
+    "INNER_BREAKS": "mtcore.text.chars",
+    "BAD_CHARS": "mtcore.text.kernels",
+    "SPACE_LUT": "mtcore.text.kernels",
+    "encode_utf8": "mtcore.text.kernels",
+    "first_fault": "mtcore.text.kernels",
+    "line_changes": "mtcore.text.kernels",
+}
 __all__ = sorted(_WHERE)
 
 
@@ -89,6 +197,13 @@ if TYPE_CHECKING:
         Selector as Selector,
         select_pool as select_pool,
     )
+    from mtcore.contracts.components import (
+        ComponentField as ComponentField,
+        check_components as check_components,
+        component_fields as component_fields,
+        components as components,
+        entry_name as entry_name,
+    )
     from mtcore.contracts.errors import (
         DataError as DataError,
         MtcoreError as MtcoreError,
@@ -98,36 +213,42 @@ if TYPE_CHECKING:
     from mtcore.contracts.hooks import (
         hookimpl as hookimpl,
     )
-    from mtcore.contracts.plugin import (
+    from mtcore.contracts.identity import (
         HASHED_WHEN_SET as HASHED_WHEN_SET,
         NOT_IDENTITY as NOT_IDENTITY,
+        identity_dict as identity_dict,
+        ignored_when as ignored_when,
+    )
+    from mtcore.contracts.kinds import (
         Augmenter as Augmenter,
         CatalogEntry as CatalogEntry,
-        ComponentField as ComponentField,
-        ConfigT as ConfigT,
         CorpusFit as CorpusFit,
         Executor as Executor,
         Filter as Filter,
         Metric as Metric,
         Model as Model,
         NBest as NBest,
-        Pair as Pair,
-        PluginConfig as PluginConfig,
         Processor as Processor,
         Scorer as Scorer,
         Source as Source,
         Tuner as Tuner,
-        check_components as check_components,
-        component_fields as component_fields,
-        components as components,
-        entry_name as entry_name,
-        identity_dict as identity_dict,
-        ignored_when as ignored_when,
+    )
+    from mtcore.contracts.plugin import (
+        ConfigT as ConfigT,
+        Pair as Pair,
+        PluginConfig as PluginConfig,
     )
     from mtcore.contracts.registry import (
         Registry as Registry,
         load_registry as load_registry,
         suggest as suggest,
+    )
+    from mtcore.contracts.resources import (
+        Resources as Resources,
+        cores as cores,
+        largest as largest,
+        parse_time as parse_time,
+        total as total,
     )
     from mtcore.contracts.scheduler import (
         Ended as Ended,
@@ -149,7 +270,6 @@ if TYPE_CHECKING:
         find_member as find_member,
     )
     from mtcore.data.corpus import (
-        INNER_BREAKS as INNER_BREAKS,
         Corpus as Corpus,
         CorpusWriter as CorpusWriter,
         Input as Input,
@@ -207,13 +327,6 @@ if TYPE_CHECKING:
         run_job as run_job,
         run_task as run_task,
     )
-    from mtcore.run.resources import (
-        Resources as Resources,
-        cores as cores,
-        largest as largest,
-        parse_time as parse_time,
-        total as total,
-    )
     from mtcore.system.metrics import (
         Score as Score,
         build_metrics as build_metrics,
@@ -229,6 +342,9 @@ if TYPE_CHECKING:
         code_table as code_table,
         line_of_offsets as line_of_offsets,
         lines_of_codes as lines_of_codes,
+    )
+    from mtcore.text.chars import (
+        INNER_BREAKS as INNER_BREAKS,
     )
     from mtcore.text.kernels import (
         BAD_CHARS as BAD_CHARS,

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from mtcore.contracts.registry import Registry, load_registry
+from mtcore.contracts.resources import SLOTS_ENV, cores
 from mtcore.exec.process import thread_defaults
-from mtcore.run.resources import SLOTS_ENV, cores
 
 thread_defaults()  # as the CLI does: OpenMP waits passively in the processes tests start
 

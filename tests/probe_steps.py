@@ -29,7 +29,7 @@ from pydantic import Field
 
 from mtcore.contracts.errors import StepError
 from mtcore.contracts.plugin import PluginConfig
-from mtcore.run.resources import Resources
+from mtcore.contracts.resources import Resources
 from mtcore.contracts.step import Step, write_artifact_meta
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
-from mtcore.api import ConfigT, Filter, PluginConfig, Step, load_registry
+from mtcore.api import ConfigT, Filter, PluginConfig, Step, Tuner, load_registry
 from mtcore.contracts.registry import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,6 +147,17 @@ def test_required_methods_are_abstract_and_every_plugin_has_them():
 
     with pytest.raises(TypeError, match="abstract method '?accept"):
         NoAccept()
+
+    class NoRun(Step[_Settings]):
+        name = "no_run"
+
+    class NoFit(Tuner[_Settings]):
+        name = "no_fit"
+
+    with pytest.raises(TypeError, match="abstract method '?run"):
+        NoRun()
+    with pytest.raises(TypeError, match="abstract method '?fit"):
+        NoFit()
     registry = load_registry()
     abstract = [
         f"{kind}:{name}"

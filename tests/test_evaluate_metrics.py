@@ -184,7 +184,7 @@ def test_segment_scores_and_the_copy_guard_are_kept(
 def test_a_heavy_metric_shows_its_progress_in_the_step_bar(
     corpora: dict[str, Path], tmp_path: Path
 ) -> None:
-    from mtcore.run.display import LiveBar
+    from mtcore.report.display import LiveBar
 
     bars: list[LiveBar] = []
 

@@ -193,8 +193,8 @@ def test_the_scan_sees_what_python_sees_on_random_bytes():
 
     import numpy as np
 
-    from mtcore.data.corpus import INNER_BREAKS
     from mtcore.data.ingest import SCANNED_BREAKS, _scan
+    from mtcore.text.chars import INNER_BREAKS
 
     assert {chr(c) for c in range(0x110000) if INNER_BREAKS.match(chr(c))} == set(SCANNED_BREAKS)
     rng = random.Random(5)

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from mtcore._moved import MOVED
-
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -114,16 +112,13 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
 def test_modules_import_no_cycle(package):
     """Issue 19 point 3, issue 49 point 5: no two modules of the plugins or of the core import
     each other, directly or through others. The public API (``mtcore.api``) is left out of the
-    core's graph: it names every module it re-exports, and no core module imports it but the
-    layer of deprecated paths (``mtcore._moved``), whose warnings name the public import."""
+    core's graph: it names every module it re-exports, and no core module imports it."""
     folder = ROOT / ("plugins" if package == "mtcore_plugins" else "mtcore")
     graph = import_graph(folder, package)
     assert len(graph) > 20
     if package == "mtcore":
         users = sorted(
-            m
-            for m, found in graph.items()
-            if "mtcore.api" in found and m not in {"mtcore.api", "mtcore._moved"}
+            m for m, found in graph.items() if "mtcore.api" in found and m != "mtcore.api"
         )
         assert not users, f"core modules import the public API: {users}"
         graph.pop("mtcore.api")
@@ -178,71 +173,94 @@ def test_public_api_names_resolve():
         exec("from mtcore.api import NoSuchName", {})
 
 
+def test_public_api_lists_agree():
+    """``mtcore.api`` keeps each public name's module in a literal ``_WHERE`` (read at run time,
+    no parsing of its own source) and re-exports the same names from the same modules in its
+    ``TYPE_CHECKING`` block (what type checkers read): the two lists agree."""
+    import ast
+
+    tree = ast.parse((ROOT / "mtcore" / "api.py").read_text(encoding="utf-8"))
+    where, checked = None, {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "_WHERE" for t in targets):
+                assert isinstance(node.value, ast.Dict), "_WHERE is a literal dict"
+                where = ast.literal_eval(node.value)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom), ast.unparse(stmt)
+                for alias in stmt.names:
+                    assert alias.asname == alias.name, f"{alias.name}: re-export as itself"
+                    checked[alias.name] = stmt.module
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            assert "ast" not in [a.name for a in node.names], "api.py parses no source"
+    assert where is not None, "api.py has no _WHERE"
+    assert len(where) > 100
+    assert where == checked, {n: (where.get(n), checked.get(n)) for n in where.keys() ^ checked}
+    import mtcore.api as api
+
+    assert where == api._WHERE
+
+
+def lint_imports(cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``lint-imports`` (import-linter) over ``cwd``'s ``pyproject.toml`` contracts."""
+    tool = BIN / "lint-imports"
+    if not tool.exists():
+        pytest.skip(f"{tool} not installed (requirements/dev.txt)")
+    command = [str(tool), "pyproject.toml", "--no-cache", "--no-logo"]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def test_import_contracts_hold():
+    """Issue 68: the core's folders are layers, each importing only those below it (lazy and
+    type-checking imports counted), and the core imports no built-in plugin; the contracts
+    are ``[tool.importlinter]`` in pyproject.toml."""
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 kept, 0 broken" in done.stdout, done.stdout
+
+
+def test_import_contracts_catch_a_wrong_import(tmp_path):
+    """The contracts can fail: on a copy of the core with an upward import planted in a
+    function of ``contracts`` and an import of a built-in plugin in ``data``, both break and
+    the report names the planted lines."""
+    import os
+    import shutil
+
+    shutil.copytree(ROOT / "mtcore", tmp_path / "mtcore", ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    plants = {
+        "contracts/errors.py": "from mtcore.report import page",
+        "data/read.py": "import mtcore_plugins.steps",
+    }
+    for name, line in plants.items():
+        with open(tmp_path / "mtcore" / name, "a", encoding="utf-8") as handle:
+            handle.write(f"\n\ndef _planted() -> None:\n    {line}  # noqa: F401\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = lint_imports(tmp_path, env)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "0 kept, 2 broken" in out, out
+    assert "mtcore.contracts.errors -> mtcore.report.page" in out, out
+    assert "mtcore.data.read -> mtcore_plugins.steps" in out, out
+
+
 def test_core_is_laid_out_by_concern():
     """Issue 49 point 5: ``mtcore/`` holds folders by concern and, flat, only the package's
-    ``__init__``, the public API and the layer of deprecated paths; each folder says what it
-    holds in its ``__init__`` docstring."""
+    ``__init__`` and the public API; each folder says what it holds in its ``__init__``
+    docstring."""
     import ast
 
     core = ROOT / "mtcore"
     flat = sorted(p.name for p in core.glob("*.py"))
-    assert flat == ["__init__.py", "_moved.py", "api.py"], flat
+    assert flat == ["__init__.py", "api.py"], flat
     folders = sorted(p for p in core.iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert {p.name for p in folders} >= {"contracts", "recipe", "run", "exec", "data", "chain"}
+    assert {p.name for p in folders} >= {"contracts", "recipe", "run", "exec", "data", "report"}
     for folder in folders:
         init = folder / "__init__.py"
         assert init.exists(), folder
         assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), init
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_module_paths_still_import_with_a_warning(old):
-    """Issue 49 point 5: a package written against a flat module path of before gets the same
-    module object (its state and monkeypatches shared) and a deprecation warning that names
-    the new path and, where the module has public names, the ``mtcore.api`` import."""
-    import importlib
-    import subprocess
-    import sys
-
-    code = (
-        "import warnings, importlib, sys\n"
-        "warnings.simplefilter('always')\n"
-        f"with warnings.catch_warnings(record=True) as seen:\n"
-        f"    old = importlib.import_module({old!r})\n"
-        f"new = importlib.import_module({MOVED[old]!r})\n"
-        "assert old is new, (old, new)\n"
-        "print('|'.join(str(w.message) for w in seen if w.category is DeprecationWarning))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    message = done.stdout.strip()
-    assert message.startswith(f"{old} is deprecated and now lives at {MOVED[old]}"), message
-    api = importlib.import_module("mtcore.api")
-    if any(module == MOVED[old] for module in api._WHERE.values()):
-        assert "from mtcore.api" in message, message
-
-
-def test_old_names_of_modules_that_became_packages_still_resolve():
-    """``mtcore.recipe`` and ``mtcore.cli`` were modules and are now folders: their old names
-    resolve (with one warning each), and a name the module never had is an AttributeError."""
-    import warnings
-
-    import mtcore.cli
-    import mtcore.recipe
-    from mtcore.cli.app import main
-    from mtcore.recipe.load import load_recipe
-
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        assert mtcore.recipe.load_recipe is load_recipe
-        assert mtcore.recipe.load_recipe is load_recipe
-        assert mtcore.cli.main is main
-    assert [str(w.message).split(" is ")[0] for w in seen] == [
-        "mtcore.recipe.load_recipe",
-        "mtcore.cli.main",
-    ]
-    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        mtcore.recipe.nothing_here  # noqa: B018
 
 
 def test_no_step_imports_another_step():

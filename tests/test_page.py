@@ -14,7 +14,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from mtcore.cli.app import cli
-from mtcore.run.page import collect, line_chart, write_page
+from mtcore.report.page import collect, line_chart, write_page
 from mtcore_plugins.common.train_log import parse_curves
 
 from .browser import SECTIONS, view_page

@@ -13,7 +13,7 @@ from mtcore.contracts.errors import PluginError
 from mtcore.contracts.registry import load_registry
 
 MODULE = """
-from mtcore.contracts.plugin import Filter
+from mtcore.api import Filter
 
 class Late(Filter):
     name = "late_filter"
@@ -128,14 +128,20 @@ def test_plugins_that_fail_to_load_are_named(site: Path) -> None:
 
 
 STEPS = """
-from mtcore.contracts.step import Step
+from mtcore.api import Step
 
 class OtherFetch(Step):
     name = "late_fetch"
     fetches = True
 
+    def run(self, ctx):
+        pass
+
 class Scorer(Step):
     name = "late_scorer"
+
+    def run(self, ctx):
+        pass
 
     def stage(self, step_id):
         return ("final", "enja") if step_id == "score_final" else None

@@ -18,6 +18,7 @@ from mtcore.contracts.registry import load_registry
 from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import Corpus
 from mtcore.recipe.load import load_recipe
+from mtcore.report.hooks import make_plugin_manager
 from mtcore.run.runner import Runner
 from mtcore_plugins.common import mirror as _mirror
 from mtcore_plugins.sources.indexed import IndexedSource
@@ -210,7 +211,8 @@ def test_rehearsal_paper_graph_runs_end_to_end(
     registry = load_registry()
     path = ROOT / "recipes" / f"{name}.yaml"
     recipe = load_recipe(path, registry, "rehearsal", rehearsal_sets(name, tmp_path))
-    runner = Runner(recipe, registry, tmp_path / "work", show_progress=False)
+    hooks = make_plugin_manager(load_entrypoints=False)  # the report writer
+    runner = Runner(recipe, registry, tmp_path / "work", hooks, show_progress=False)
     runner.run()
     unfinished = [p.id for p, done in runner.status() if not done]
     assert not unfinished

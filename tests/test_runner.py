@@ -15,7 +15,7 @@ import pytest
 from mtcore.contracts.hooks import hookimpl
 from mtcore.recipe.load import build_recipe
 from mtcore.recipe.plan import make_plan
-from mtcore.run.hooks import make_plugin_manager
+from mtcore.report.hooks import make_plugin_manager
 from mtcore.run.runner import Runner
 
 from .conftest import clean_split_recipe, real_slice
@@ -45,7 +45,8 @@ def outputs(workdir: Path) -> dict[str, bytes]:
 
 def run(doc: dict, registry, workdir: Path, **kwargs):
     recipe = build_recipe(doc, registry, **kwargs)
-    return Runner(recipe, registry, workdir, show_progress=False).run()
+    hooks = make_plugin_manager(load_entrypoints=False)  # the report writer, as the CLI's
+    return Runner(recipe, registry, workdir, hooks, show_progress=False).run()
 
 
 def test_second_run_is_all_cached(tmp_path, registry, enja_files):
@@ -225,7 +226,7 @@ def test_the_report_is_written_by_a_hook_on_the_end_of_a_run(tmp_path, registry,
     """Issue 49 point 5: the runner returns its result and announces the end of the run; the
     report is the built-in hook's work. Unregistered, the run writes no report; another hook
     sees the same result in plan order."""
-    from mtcore.run.hooks import REPORT
+    from mtcore.report.hooks import REPORT
 
     recipe = build_recipe(recipe_doc(enja_files), registry)
     pm = make_plugin_manager(load_entrypoints=False)
@@ -237,8 +238,12 @@ def test_the_report_is_written_by_a_hook_on_the_end_of_a_run(tmp_path, registry,
     assert [r.planned.id for r in result.results] == ["bitext", "clean"]
     assert finished.runs == [(recipe.name, ["ran", "ran"], None)]
     assert not list(work.glob("report*.md"))
-    # a runner given no manager gets the core's own hooks: the report is written
-    Runner(recipe, registry, work, show_progress=False, label="v2").run(until="clean")
+    # a runner given no manager announces the end to no one: no report (the run layer
+    # imports nothing that presents a run); given the CLI's manager, the report is written
+    Runner(recipe, registry, work, show_progress=False, label="v1").run(until="clean")
+    assert not list(work.glob("report*"))
+    pm = make_plugin_manager(load_entrypoints=False)
+    Runner(recipe, registry, work, pm, show_progress=False, label="v2").run(until="clean")
     assert (work / "report.v2.md").exists()
     assert "clean" in (work / "report.v2.md").read_text(encoding="utf-8")
 
@@ -305,13 +310,13 @@ def test_hash_markers_are_honoured_by_identity_dict_alone():
     ``identity_dict`` at every depth; no step pops keys by hand."""
     from pydantic import Field
 
-    from mtcore.contracts.plugin import (
+    from mtcore.contracts.identity import (
         HASHED_WHEN_SET,
         NOT_IDENTITY,
-        PluginConfig,
         identity_dict,
         ignored_when,
     )
+    from mtcore.contracts.plugin import PluginConfig
 
     class Inner(PluginConfig):
         late: int | None = Field(None, json_schema_extra=HASHED_WHEN_SET)
@@ -396,7 +401,7 @@ def test_a_live_lock_names_its_pid_and_a_dead_one_is_taken_over(
 
 
 def test_executor_contract_declares_workers(registry):
-    from mtcore.contracts.plugin import Executor
+    from mtcore.contracts.kinds import Executor
 
     local = registry.load("executors", "local").from_dict({"workers": 3})
     assert isinstance(local, Executor) and local.workers == 3

@@ -16,9 +16,15 @@ from click.testing import CliRunner
 from mtcore.cli.app import cli
 from mtcore.contracts.errors import MtcoreError, RecipeError, StepError
 from mtcore.contracts.registry import load_registry
+from mtcore.contracts.resources import (
+    Resources,
+    ResourceSpec,
+    parse_slots,
+    parse_time,
+    step_resources,
+)
 from mtcore.recipe.load import build_recipe
-from mtcore.run.display import Display
-from mtcore.run.resources import Resources, ResourceSpec, parse_slots, parse_time, step_resources
+from mtcore.report.display import Display
 from mtcore.run.runner import Runner
 from mtcore.run.schedule import remaining_paths, simulate
 from tests import probe_steps

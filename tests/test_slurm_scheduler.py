@@ -17,8 +17,8 @@ import yaml
 
 from mtcore.contracts.errors import StepError
 from mtcore.contracts.registry import load_registry
+from mtcore.contracts.resources import Resources
 from mtcore.recipe.load import build_recipe
-from mtcore.run.resources import Resources
 from mtcore.run.runner import Runner
 from mtcore_plugins.common.train_log import parse_curves
 from mtcore_plugins.schedulers.slurm import SlurmConfig, task_layout
@@ -79,7 +79,7 @@ def test_settings_and_paths_that_would_add_lines_to_the_job_script_are_refused(t
 def test_the_display_says_how_often_a_step_was_requeued(tmp_path):
     import io
 
-    from mtcore.run.display import Display
+    from mtcore.report.display import Display
 
     stream = io.StringIO()
     display = Display(total=2, eta=lambda: 0.0, stream=stream, every=0.0)

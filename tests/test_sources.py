@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from mtcore.contracts.errors import DataError
-from mtcore.contracts.plugin import identity_dict
+from mtcore.contracts.identity import identity_dict
 from mtcore.contracts.registry import load_registry
 from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import InputPolicy

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from mtcore.cli.app import cli
 from mtcore.contracts.registry import load_registry
 from mtcore.contracts.step import config_dict
-from mtcore.run.page import collect, significance, write_page
+from mtcore.report.page import collect, significance, write_page
 from mtcore.system.metrics import build_metrics
 from mtcore.system.significance import (
     SEGMENT_SCORES,

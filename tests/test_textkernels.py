@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mtcore.contracts.errors import DataError
-from mtcore.data.corpus import BOM
 from mtcore.text.block import TextColumn
+from mtcore.text.chars import BOM
 from mtcore.text.kernels import BAD_CHARS, CharClasses, decode_column
 from tests.conftest import SHARED
 

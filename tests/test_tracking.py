@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtcore.run.tracking import flat_params, metric_key, owner_only_store, redact, tracking_uri
+from mtcore.report.tracking import flat_params, metric_key, owner_only_store, redact, tracking_uri
 
 from .mlflow_server import mlflow_server  # noqa: F401 (fixture)
 from .test_e2e import MTCORE, tiny_recipe

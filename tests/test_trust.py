@@ -970,7 +970,7 @@ def test_workdir_files_are_written_through_fresh_temporary_names(tmp_path):
     new name created exclusively, then renamed."""
     from mtcore.exec.files import replace_file
     from mtcore.run.jobs import write_json
-    from mtcore.run.page import write_plan
+    from mtcore.run.plan_file import write_plan
     from mtcore_plugins.common.lockfile import LockFile
 
     victim = tmp_path / "victim.txt"

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from mtcore.cli.app import cli
 from mtcore.contracts.errors import MtcoreError
-from mtcore.run.resources import Resources, ResourceSpec
+from mtcore.contracts.resources import Resources, ResourceSpec
 from mtcore.run.schedule import (
     Scaling,
     choose_widths,

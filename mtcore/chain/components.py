@@ -19,16 +19,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from mtcore.chain.selection import Selector
+from mtcore.contracts.components import component_fields
 from mtcore.contracts.errors import PluginError
-from mtcore.contracts.plugin import (
-    Augmenter,
-    CorpusFit,
-    Filter,
-    Plugin,
-    Processor,
-    Scorer,
-    component_fields,
-)
+from mtcore.contracts.kinds import Augmenter, CorpusFit, Filter, Processor, Scorer
+from mtcore.contracts.plugin import Plugin
 from mtcore.contracts.registry import SINGULAR, Registry
 from mtcore.exec.shards import worker_memo
 
@@ -73,7 +67,7 @@ class ComponentSpec:
         if contract is not None and not isinstance(plugin, contract):
             raise PluginError(
                 f"{SINGULAR[self.kind]} {self.name!r} does not implement the "
-                f"{contract.__name__} contract (mtcore.contracts.plugin.{contract.__name__})"
+                f"{contract.__name__} contract (mtcore.api.{contract.__name__})"
             )
         return plugin
 

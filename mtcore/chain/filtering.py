@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from mtcore.chain.components import ComponentSpec, component_specs
 from mtcore.chain.ranking import KeepSpec
 from mtcore.contracts.errors import PluginError
-from mtcore.contracts.plugin import Filter
+from mtcore.contracts.kinds import Filter
 from mtcore.contracts.registry import Registry, load_registry
 from mtcore.exec.shards import worker_memo
 from mtcore.text.block import RawBlock, TextBlock

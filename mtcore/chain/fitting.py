@@ -28,7 +28,8 @@ import numpy as np
 from mtcore.chain.components import ComponentSpec
 from mtcore.chain.filtering import KEPT, ChainTask, ShardResult, chain_resources, chain_task
 from mtcore.contracts.errors import DataError
-from mtcore.contracts.plugin import CorpusFit, Pair
+from mtcore.contracts.kinds import CorpusFit
+from mtcore.contracts.plugin import Pair
 from mtcore.exec.shards import map_shards
 from mtcore.text.block import BlockReader, RawBlock
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from mtcore.chain.components import ComponentSpec, built
 from mtcore.contracts.errors import StepError
-from mtcore.contracts.plugin import Processor
+from mtcore.contracts.kinds import Processor
 from mtcore.contracts.registry import load_registry
 from mtcore.contracts.step import StepContext
 from mtcore.data.corpus import Corpus, CorpusWriter

@@ -305,7 +305,8 @@ def run(
 ) -> None:
     """Run a recipe: ready steps run side by side where their resources allow; completed
     steps are reused, a killed run resumes."""
-    from mtcore.run.resources import parse_slots
+    from mtcore.contracts.resources import parse_slots
+    from mtcore.report.display import Display
     from mtcore.run.runner import Runner
 
     caps = parse_slots(slots) if slots else None
@@ -315,7 +316,7 @@ def run(
     _name_lock_file(recipe)
     target = _workdir(loaded, workdir)
     if track is not None:
-        from mtcore.run.tracking import TRACKER, MlflowTracker
+        from mtcore.report.tracking import TRACKER, MlflowTracker
 
         hooks.register(MlflowTracker(track or None, experiment, registry=registry), name=TRACKER)
     elif experiment is not None:
@@ -340,7 +341,7 @@ def run(
         show_progress=not quiet and sys.stderr.isatty(),
         slots=caps,
         keep_going=keep_going,
-        display=not quiet,
+        display=None if quiet else Display,
     )
     with interruptible() as stopped:
         try:
@@ -399,7 +400,7 @@ def _ablate(
 ) -> None:
     from mtcore.recipe.ablation import parse_ablations
     from mtcore.recipe.load import load_recipe
-    from mtcore.run.compare import Variant, run_variants, write_comparison
+    from mtcore.report.compare import Variant, run_variants, write_comparison
 
     variants = [Variant("full", full)]
     for removed in parse_ablations(ablations):
@@ -439,8 +440,8 @@ def compare(
     """Run several recipes in one workdir and write compare.md (and compare.png) side by
     side: pairs kept after each data step, training time, scores per direction."""
     from mtcore.recipe.load import load_recipe
-    from mtcore.run.compare import Variant, run_variants, unique_labels, write_comparison
-    from mtcore.run.hooks import make_plugin_manager
+    from mtcore.report.compare import Variant, run_variants, unique_labels, write_comparison
+    from mtcore.report.hooks import make_plugin_manager
 
     registry = load_registry()
     hooks = make_plugin_manager()
@@ -465,7 +466,7 @@ def compare(
 def report(workdir: Path, label: str | None, open_page: bool) -> None:
     """Rebuild WORKDIR's run page (report.html) from what is on disk: at any time, also while
     a run is going on (steps running show their curves so far)."""
-    from mtcore.run.page import write_page
+    from mtcore.report.page import write_page
 
     path = write_page(workdir, load_registry(), label)
     click.echo(f"page: {path}")
@@ -529,7 +530,7 @@ def with_plugin_commands() -> click.Group:
     """The command group with the commands that installed packages add through the
     ``mtcore_add_commands`` hook (the shipped plugins add ``evaluate``), added once."""
     if not _PLUGIN_COMMANDS:
-        from mtcore.run.hooks import make_plugin_manager
+        from mtcore.report.hooks import make_plugin_manager
 
         make_plugin_manager().hook.mtcore_add_commands(cli=cli)
         _PLUGIN_COMMANDS.append(True)

@@ -26,7 +26,7 @@ def recipe_options(f: Any) -> Any:
 
 def load(recipe_path: Path, profile: str | None, sets: tuple[str, ...]) -> tuple[Any, Any, Any]:
     from mtcore.recipe.load import load_recipe
-    from mtcore.run.hooks import make_plugin_manager
+    from mtcore.report.hooks import make_plugin_manager
 
     registry = load_registry()
     recipe = load_recipe(recipe_path, registry, profile, list(sets))

@@ -9,7 +9,7 @@ import click
 import yaml
 
 from mtcore.contracts.errors import MtcoreError
-from mtcore.contracts.plugin import CatalogEntry
+from mtcore.contracts.kinds import CatalogEntry
 from mtcore.contracts.registry import load_registry
 
 _CODE = re.compile(r"^[A-Za-z]{2,3}(_[A-Za-z0-9]+)?$")

@@ -1,2 +1,3 @@
-"""The contracts: the plugin kinds and the step, what a scheduler must do, the registry that finds
-plugins by short name, hooks, errors, counters and what a run returns."""
+"""The contracts: the plugin base and kinds, the step, what a scheduler must do, the resources a
+step holds, what enters a step's hash, the registry that finds plugins by short name, hooks,
+errors and counters."""

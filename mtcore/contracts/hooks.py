@@ -34,8 +34,16 @@ class LifecycleSpec:
         """A run ended with every step of its plan done (run or cached) or, with
         ``--keep-going``, failed; ``result`` is the run's ``RunResult``, in plan order, and
         ``label`` names its report files where variants share a workdir. The built-in report
-        writer (:class:`mtcore.run.report.ReportWriter`) writes ``report.md`` here."""
+        writer (:class:`mtcore.report.markdown.ReportWriter`) writes ``report.md`` here."""
 
     @hookspec
     def mtcore_add_commands(self, cli: Any) -> None:
         """Add click commands to the ``mtcore`` command group."""
+
+
+def lifecycle_manager() -> pluggy.PluginManager:
+    """A fresh manager of the lifecycle hooks with no implementation registered: the runner's
+    when it is given none (it announces events; what presents a run registers on it)."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(LifecycleSpec)
+    return pm

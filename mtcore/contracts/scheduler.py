@@ -3,7 +3,7 @@ slurm). The runner keeps the graph and decides what starts when; a scheduler onl
 jobs it is given, reports the ones that ended, and finds again the ones a dead driver left
 running.
 
-Executors (:class:`mtcore.contracts.plugin.Executor`) are the other level: they spread the shards
+Executors (:class:`mtcore.contracts.kinds.Executor`) are the other level: they spread the shards
 inside
 one data step, wherever that step runs.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mtcore.contracts.plugin import ConfigT, Plugin
-from mtcore.run.resources import Resources
+from mtcore.contracts.resources import Resources
 
 
 @dataclass

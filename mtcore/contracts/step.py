@@ -8,25 +8,24 @@ import json
 import logging
 import os
 import shutil
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from mtcore.contracts.errors import DataError, PluginError
-from mtcore.contracts.plugin import (
+from mtcore.contracts.components import (
     ComponentField,
-    ConfigT,
-    Executor,
-    Plugin,
-    PluginConfig,
     check_component_fields,
     component_fields,
     entry_name,
-    identity_dict,
 )
+from mtcore.contracts.errors import DataError, PluginError
+from mtcore.contracts.identity import identity_dict
+from mtcore.contracts.kinds import Executor
+from mtcore.contracts.plugin import ConfigT, Plugin, PluginConfig
+from mtcore.contracts.resources import Resources
 from mtcore.contracts.stats import Stats
-from mtcore.run.resources import Resources
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
@@ -109,7 +108,7 @@ class StepContext:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("mtcore.step"))
     show_progress: bool = True
     progress_sink: Callable[[str, int | None, str], Any] | None = None
-    """Where bars go when a display shows several running steps (:mod:`mtcore.run.display`):
+    """Where bars go when a display shows several running steps (:mod:`mtcore.report.display`):
     called with (step id, total, description), it returns the bar."""
     ranks: int = 1
     """The torch.distributed ranks the scheduler gave this run of the step (its width: a
@@ -180,7 +179,7 @@ class Step(Plugin[ConfigT]):
     """Spreads its work over ``ctx.executor``'s workers (shards of a corpus), so that its output
     does not depend on how many run at once. On the local scheduler such a step holds its
     threads times the executor's workers, and may be given fewer: it then runs as many tasks
-    side by side as it holds CPUs for (:meth:`mtcore.contracts.plugin.Executor.narrowed`)."""
+    side by side as it holds CPUs for (:meth:`mtcore.contracts.kinds.Executor.narrowed`)."""
     fetches: ClassVar[bool] = False
     """Turns one of a recipe's ``data`` entries into a corpus: the recipe builds a step of the
     one installed kind that says so for each entry (settings ``source``, ``config``, and any of
@@ -199,7 +198,7 @@ class Step(Plugin[ConfigT]):
     input is a finished artifact of the run (a model, a vocabulary, tuned weights)."""
 
     def components_used(self) -> list[ComponentField]:
-        """The config's settings marked :func:`~mtcore.contracts.plugin.components` that these
+        """The config's settings marked :func:`~mtcore.contracts.components.components` that these
         settings
         use: all of them, unless :meth:`unused_components` names some."""
         unused = self.unused_components()
@@ -253,14 +252,15 @@ class Step(Plugin[ConfigT]):
         (a source's files, say). Called at planning time; keep it cheap."""
         return ""
 
+    @abstractmethod
     def run(self, ctx: StepContext) -> None:
-        raise NotImplementedError
+        """Reads ``ctx``'s inputs and writes the step's outputs into its output directories."""
 
     def resources(self) -> Resources:
         """What one run of this configured step holds (the scheduler places steps by it): the
         step's ``threads`` setting where it has one (0, torch's default of every core, holds
         this machine's cores), else one CPU thread. A recipe's ``resources:`` overrides it
-        (:mod:`mtcore.run.resources`)."""
+        (:mod:`mtcore.contracts.resources`)."""
         return Resources(cpus=thread_count(getattr(self.config, "threads", None)))
 
     def work(self) -> dict[str, float]:

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import gzip
 import json
-import lzma
 import os
 import tarfile
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from mtcore.contracts.errors import DataError
+from mtcore.exec.streams import CORRUPT, decompressing
 from mtcore.recipe.hashing import cache_home, content_hash
 
 MAX_MEMBERS_ENV, MAX_HEADER_ENV = "MTCORE_ARCHIVE_MAX_MEMBERS", "MTCORE_ARCHIVE_MAX_HEADER"
@@ -70,30 +68,7 @@ class BoundedTarInfo(tarfile.TarInfo):
             )
 
 
-# What a truncated or corrupt compressed stream raises while it is being read.
-CORRUPT = (EOFError, OSError, lzma.LZMAError, zlib.error, tarfile.TarError, zipfile.BadZipFile)
 SHOWN = 20  # member names listed in an error
-
-
-@contextlib.contextmanager
-def decompressing(handle: IO[bytes], name: str) -> Iterator[IO[bytes]]:
-    """``handle`` decompressed as its ``name`` says (``.gz``, ``.xz``), else as it is; closes
-    ``handle`` on exit."""
-    with handle:
-        lower = name.lower()
-        if lower.endswith(".gz"):
-            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
-                yield unzipped  # type: ignore[misc]
-        elif lower.endswith(".xz"):
-            with lzma.LZMAFile(handle, "rb") as unxz:
-                yield unxz  # type: ignore[misc]
-        else:
-            yield handle
-
-
-def open_compressed(path: Path) -> contextlib.AbstractContextManager[IO[bytes]]:
-    """A plain, ``.gz`` or ``.xz`` file (by its name) as a stream of its text bytes."""
-    return decompressing(open(path, "rb"), path.name)
 
 
 @dataclass(frozen=True)

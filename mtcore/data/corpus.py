@@ -10,7 +10,6 @@ fairseq-preprocess see two lines where there is one and misalign the corpus.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
@@ -18,14 +17,14 @@ from typing import IO, Literal
 from pydantic import Field
 
 from mtcore.contracts.errors import DataError
-from mtcore.contracts.plugin import HASHED_WHEN_SET, Pair, PluginConfig
+from mtcore.contracts.identity import HASHED_WHEN_SET
+from mtcore.contracts.plugin import Pair, PluginConfig
 from mtcore.contracts.stats import Stats
 from mtcore.contracts.step import write_artifact_meta
-from mtcore.data.archives import CORRUPT, Member, open_compressed
+from mtcore.data.archives import Member
+from mtcore.exec.streams import CORRUPT, open_compressed
+from mtcore.text.chars import BOM, INNER_BREAKS
 
-BOM = "\ufeff"
-# Characters some reader treats as a line end (Python's universal newlines, str.splitlines).
-INNER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 Input = Path | Member  # a file on disk, or a member of an archive
 
 

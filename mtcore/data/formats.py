@@ -31,8 +31,8 @@ from collections.abc import Iterator, Sequence
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.plugin import Pair
 from mtcore.contracts.stats import Stats
-from mtcore.data.archives import CORRUPT
 from mtcore.data.corpus import Input, InputPolicy, LineReader, open_input, zip_aligned
+from mtcore.exec.streams import CORRUPT
 
 SEG = re.compile(r"<seg\b[^>]*>(.*)</seg>", re.DOTALL)
 # Talk metadata lines of an IWSLT train.tags file (and the closing tags some versions split off)

@@ -33,7 +33,6 @@ import numpy as np
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import (
-    BOM,
     InputPolicy,
     decode_line,
     empty_pair,
@@ -41,6 +40,7 @@ from mtcore.data.corpus import (
 )
 from mtcore.exec.files import copy_range, same_file
 from mtcore.text.block import BlockReader
+from mtcore.text.chars import BOM
 
 BLOCK_LINES = 50_000
 """Lines per block: about 10 MB of news-length text, a few MB of short segments."""
@@ -52,7 +52,7 @@ long: a small ``.gz`` can expand to long lines by the thousand)."""
 _COMPRESSED = (".gz", ".xz")
 _BOM = BOM.encode()
 SCANNED_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-"""The line-break characters :func:`_scan` finds: every one mtcore.data.corpus.INNER_BREAKS matches
+"""The line-break characters :func:`_scan` finds: every one mtcore.text.chars.INNER_BREAKS matches
 (tested)."""
 _BLANK_LINE = re.compile(r"(?m)^\s*$")
 _CUT_CHUNK = 1 << 22

@@ -1,2 +1,2 @@
 """Work inside a step: resume-safe sharded maps over an executor, child processes, warm starts
-(the zygote), and moving bytes between files."""
+(the zygote), moving bytes between files, and compressed files read as streams."""

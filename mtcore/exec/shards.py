@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from mtcore.contracts.errors import StepError
-from mtcore.contracts.plugin import Executor
+from mtcore.contracts.kinds import Executor
 
 log = logging.getLogger("mtcore")
 

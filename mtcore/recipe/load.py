@@ -11,9 +11,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mtcore.contracts.components import pydantic_problems
 from mtcore.contracts.errors import PluginError, RecipeError
-from mtcore.contracts.plugin import Plugin, PluginConfig, pydantic_problems
+from mtcore.contracts.plugin import Plugin, PluginConfig
 from mtcore.contracts.registry import Registry, suggest
+from mtcore.contracts.resources import ResourceSpec
 from mtcore.contracts.step import Step
 from mtcore.recipe.graph import (
     check_cycles,
@@ -22,7 +24,6 @@ from mtcore.recipe.graph import (
     split_reference as split_reference,
 )
 from mtcore.recipe.overrides import resolve_document, safe_yaml
-from mtcore.run.resources import ResourceSpec
 
 STEP_KEYS = ("kind", "inputs", "bypass")  # bypass: stand-ins used by --ablate (ablation.py)
 VARIADIC = "*"  # a step whose ``inputs`` has this role takes any role names, in recipe order

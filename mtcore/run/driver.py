@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mtcore.contracts.errors import RecipeError, StepError
-from mtcore.contracts.plugin import Executor
-from mtcore.contracts.results import RunResult, StepResult
+from mtcore.contracts.kinds import Executor
+from mtcore.contracts.resources import Resources, step_resources
 from mtcore.contracts.scheduler import Ended, Job, Scheduler
 from mtcore.recipe.plan import PlannedStep, step_dir
 from mtcore.run.jobs import (
@@ -35,13 +35,13 @@ from mtcore.run.jobs import (
     write_json,
     write_spec,
 )
-from mtcore.run.resources import Resources, step_resources
+from mtcore.run.progress import DisplayFactory, Progress
+from mtcore.run.results import RunResult, StepResult
 from mtcore.run.schedule import CostModel, Scaling, choose_widths, fitted, remaining_paths
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
     from mtcore.recipe.load import Recipe
-    from mtcore.run.display import Display
 
 log = logging.getLogger("mtcore")
 
@@ -58,7 +58,7 @@ class Runner(Protocol):
     scheduler_name: str | None
     slots: dict[str, int]
     keep_going: bool
-    display: bool
+    display: DisplayFactory | None
     running: list[str]
 
     def cached(self, planned: PlannedStep, key: str | None) -> dict[str, Any] | None: ...
@@ -161,7 +161,7 @@ class Driver:
                 self.children[dep].append(planned.id)
         self._executor: Executor | None = None
         self._executor_lock = threading.Lock()
-        self.display: Display | None = None
+        self.display: Progress | None = None
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -197,10 +197,8 @@ class Driver:
                 self.needs = choose_widths(self.plan, at_1, self.needs, gpus, scaling)
             self.cost = {p.id: costs.seconds(p, self.needs[p.id]) for p in self.plan}
             self.priority = remaining_paths(self.plan, self.cost)
-            if runner.display:
-                from mtcore.run.display import Display
-
-                self.display = Display(
+            if runner.display is not None:
+                self.display = runner.display(
                     len(self.plan), self._eta, tty=sys.stderr.isatty() and runner.show_progress
                 )
             self._loop(scheduler)

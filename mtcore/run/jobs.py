@@ -37,7 +37,7 @@ from typing import Any
 
 from mtcore import __version__
 from mtcore.contracts.errors import MtcoreError, StepError
-from mtcore.contracts.plugin import Executor
+from mtcore.contracts.kinds import Executor
 from mtcore.contracts.registry import Registry
 from mtcore.contracts.step import Artifact, StepContext, config_dict
 from mtcore.exec.files import replace_file

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mtcore.contracts.resources import Resources, parse_slots
 from mtcore.recipe.plan import PlannedStep
 from mtcore.run.driver import check_fit, step_needs
-from mtcore.run.resources import Resources, parse_slots
 from mtcore.run.schedule import CostModel, Scaling, duration, fitted, lower_bound, mold, simulate
 
 if TYPE_CHECKING:

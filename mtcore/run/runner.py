@@ -3,7 +3,7 @@ where their resources allow, each in a resume-safe working directory renamed int
 manifest once the step has finished (:mod:`mtcore.run.jobs`).
 
 The schedule: a step whose inputs are complete is ready; ready steps start as soon as their
-resources (:mod:`mtcore.run.resources`) are free on the scheduler (a ``schedulers`` plugin:
+resources (:mod:`mtcore.contracts.resources`) are free on the scheduler (a ``schedulers`` plugin:
 local, ray, slurm), longest remaining path first (:mod:`mtcore.run.schedule`). A failing step stops
 new starts and lets the running ones finish; with ``keep_going`` every step that does not
 depend on a failure still runs. A step's outputs never depend on what ran beside it."""
@@ -22,8 +22,9 @@ from typing import Any
 import yaml
 
 from mtcore.contracts.errors import MtcoreError
+from mtcore.contracts.hooks import lifecycle_manager
 from mtcore.contracts.registry import Registry
-from mtcore.contracts.results import RunResult, StepResult
+from mtcore.contracts.resources import default_slots
 from mtcore.contracts.step import config_dict
 from mtcore.recipe.hashing import owner_only
 from mtcore.recipe.load import Recipe
@@ -37,9 +38,9 @@ from mtcore.run.cache import (
     open_lock,
     read_manifest,
 )
-from mtcore.run.hooks import make_plugin_manager
 from mtcore.run.jobs import make_executor, run_plugin
-from mtcore.run.resources import default_slots
+from mtcore.run.progress import DisplayFactory
+from mtcore.run.results import RunResult, StepResult
 
 __all__ = [
     "MANIFEST",
@@ -104,9 +105,10 @@ def run_log(workdir: Path) -> Iterator[Path]:
 
 class Runner:
     """Runs one recipe in one workdir and returns what happened (a ``RunResult``); the end of a
-    run is an event (``mtcore_run_finished``) on ``hooks``, a pluggy manager, whose built-in
-    implementation writes the report. Without ``hooks``, a manager with only the core's own
-    implementations (no entry points)."""
+    run is an event (``mtcore_run_finished``) on ``hooks``, a pluggy manager, and what presents
+    a run listens for it: the CLI passes :func:`mtcore.report.hooks.make_plugin_manager`'s,
+    whose report writer writes ``report.md`` and the run page. Without ``hooks``, a manager
+    with no implementation: the run writes no report."""
 
     def __init__(
         self,
@@ -119,24 +121,25 @@ class Runner:
         scheduler: str | None = None,
         slots: dict[str, int] | None = None,
         keep_going: bool = False,
-        display: bool | None = None,
+        display: DisplayFactory | None = None,
     ) -> None:
         """``label`` names this run's report files (``report.<label>.md``) where several
         variants share one workdir (``mtcore compare``, ``--ablate``). ``scheduler`` replaces
         the recipe's (``local``, ``ray``, ``slurm``); ``slots`` caps what steps hold at once
-        (``{"cpu": 1}``: one step at a time; default: ``MTCORE_SLOTS``). ``display``: show the
-        run's progress on stderr (a terminal gets the live block, anything else plain lines);
-        default: with ``show_progress``."""
+        (``{"cpu": 1}``: one step at a time; default: ``MTCORE_SLOTS``). ``display``: makes what
+        shows the run's progress on stderr (:class:`mtcore.report.display.Display`, as the CLI
+        passes: a terminal gets the live block while ``show_progress``, anything else plain
+        lines); none by default."""
         self.recipe = recipe
         self.registry = registry
         self.workdir = workdir
-        self.hooks = hooks if hooks is not None else make_plugin_manager(load_entrypoints=False)
+        self.hooks = hooks if hooks is not None else lifecycle_manager()
         self.show_progress = show_progress
         self.label = label
         self.scheduler_name = scheduler
         self.slots = slots if slots is not None else default_slots()
         self.keep_going = keep_going
-        self.display = show_progress if display is None else display
+        self.display = display
         self.running: list[str] = []
 
     @property
@@ -190,10 +193,10 @@ class Runner:
         (self.workdir / f"{name}.resolved.yaml").write_text(text, encoding="utf-8")
 
     def _write_plan(self, plan: list[PlannedStep]) -> None:
-        """``plan.json``, what the run page (:mod:`mtcore.run.page`) and ``mtcore report`` read
-        to show every step of the run, those not yet run included."""
+        """``plan.json`` (:mod:`mtcore.run.plan_file`), what the run page and ``mtcore report``
+        read to show every step of the run, those not yet run included."""
         from mtcore.run.driver import step_needs
-        from mtcore.run.page import write_plan
+        from mtcore.run.plan_file import write_plan
 
         needs = {p.id: step_needs(self, p).describe() for p in plan}
         write_plan(self.workdir, self.recipe, plan, needs, self.label)

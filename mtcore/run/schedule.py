@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from mtcore.contracts.errors import MtcoreError
+from mtcore.contracts.resources import Resources
 from mtcore.recipe.plan import PlannedStep, step_dir
 from mtcore.run.cache import MANIFEST
-from mtcore.run.resources import Resources
 
 # Target tokens per second of one GPU, for plans before anything has run. Only the H200's is
 # measured: docs/results.md's bf16 vanilla Transformer-big width (d 1024, FFN 4096) through

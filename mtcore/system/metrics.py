@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mtcore.contracts.errors import DataError, PluginError
-from mtcore.contracts.plugin import Metric
+from mtcore.contracts.kinds import Metric
 from mtcore.contracts.registry import Registry
 from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import STRICT, LineReader

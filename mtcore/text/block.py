@@ -29,8 +29,8 @@ import numpy as np
 
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.plugin import Pair
-from mtcore.data.archives import CORRUPT, open_compressed
-from mtcore.data.corpus import BOM
+from mtcore.exec.streams import CORRUPT, open_compressed
+from mtcore.text.chars import BOM
 from mtcore.text.kernels import (
     BAD_CHARS,
     NO_CLASSES,

@@ -1,7 +1,7 @@
 """Compiled kernels over the UTF-8 bytes and the code points of a :class:`TextColumn`.
 
 :func:`decode_column` reads a shard's column in one pass: it checks the bytes as Python's strict
-UTF-8 decoder does, rejects NUL and the line breaks :data:`mtcore.data.corpus.INNER_BREAKS` matches,
+UTF-8 decoder does, rejects NUL and the line breaks :data:`mtcore.text.chars.INNER_BREAKS` matches,
 and derives at the same time what array filters read: the code points, each line's end, and
 the whitespace words (count and longest, as ``str.split()`` sees them). Decoding to ``str`` and
 encoding to UTF-32 took two passes and a third for the words; a filter that needs the text
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-from mtcore.data.corpus import INNER_BREAKS
+from mtcore.text.chars import INNER_BREAKS
 
 # Every code point Python's str.isspace() accepts (what str.split() splits on); the largest is
 # U+3000, so a table of U+0000..U+3001 answers for all code points once clipped to U+3001

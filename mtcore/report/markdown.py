@@ -1,6 +1,6 @@
 """``report.md`` in the workdir: what ran, what was cached, counts, timings and scores; the
 scores again as a table per direction and, when matplotlib is installed, ``scores.png``. The
-run page, ``report.html``, is :mod:`mtcore.run.page`'s; the same hook writes both."""
+run page, ``report.html``, is :mod:`mtcore.report.page`'s; the same hook writes both."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from mtcore.contracts.hooks import hookimpl
 
 if TYPE_CHECKING:
-    from mtcore.contracts.results import RunResult
     from mtcore.recipe.load import Recipe
+    from mtcore.run.results import RunResult
 
 log = logging.getLogger(__name__)
 PLOT_FILE = "scores.png"
@@ -230,13 +230,13 @@ def write_report(recipe: Recipe, result: RunResult, label: str | None = None) ->
 
 class ReportWriter:
     """The core's hook implementation that writes the report when a run ends; registered by
-    :func:`mtcore.run.hooks.make_plugin_manager` under ``REPORT``. The runner only
+    :func:`mtcore.report.hooks.make_plugin_manager` under ``REPORT``. The runner only
     announces the end of a run; ``mtcore report``-style rewrites call :func:`write_report`."""
 
     @hookimpl
     def mtcore_run_finished(self, recipe: Recipe, result: RunResult, label: str | None) -> None:
         from mtcore.contracts.registry import load_registry
-        from mtcore.run.page import write_page
+        from mtcore.report.page import write_page
 
         write_report(recipe, result, label)
         write_page(result.workdir, load_registry(), label, result, running=False)

@@ -1,12 +1,13 @@
-"""The hook manager of a run: the lifecycle events of :mod:`mtcore.contracts.hooks`, the core's
-own implementations (the report writer) and those of installed packages."""
+"""The hook manager of a run started from the CLI: the lifecycle events of
+:mod:`mtcore.contracts.hooks`, the core's own implementations (the report writer) and those of
+installed packages."""
 
 from __future__ import annotations
 
 import pluggy
 
-from mtcore.contracts.hooks import PROJECT, LifecycleSpec
-from mtcore.run.report import ReportWriter
+from mtcore.contracts.hooks import lifecycle_manager
+from mtcore.report.markdown import ReportWriter
 
 REPORT = "mtcore.report"
 """The name the built-in report writer is registered under (``pm.unregister(name=REPORT)``
@@ -18,8 +19,7 @@ def make_plugin_manager(
 ) -> pluggy.PluginManager:
     """A fresh manager per run: the core's own hook implementations (``builtins``: the report
     writer), then those of the ``mtcore.hooks`` entry-point group."""
-    pm = pluggy.PluginManager(PROJECT)
-    pm.add_hookspecs(LifecycleSpec)
+    pm = lifecycle_manager()
     if builtins:
         pm.register(ReportWriter(), name=REPORT)
     if load_entrypoints:

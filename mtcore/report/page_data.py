@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtcore.run.page_charts import (
+from mtcore.report.page_charts import (
     STATUS_COLOURS,
     anchor,
     bar_chart_data,

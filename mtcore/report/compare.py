@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtcore.run.report import ScoreRow, _code, score_rows
+from mtcore.report.markdown import ScoreRow, _code, score_rows
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
-    from mtcore.contracts.results import RunResult
     from mtcore.recipe.load import Recipe
+    from mtcore.run.results import RunResult
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +62,21 @@ def run_variants(
     hooks: Any = None,
     show_progress: bool = False,
 ) -> None:
-    """Runs each variant in ``workdir`` in turn (reusing what an earlier one made)."""
+    """Runs each variant in ``workdir`` in turn (reusing what an earlier one made), showing
+    progress with ``show_progress``."""
+    from mtcore.report.display import Display
     from mtcore.run.runner import Runner
 
     for variant in variants:
         log.info("variant %s: recipe %s", variant.label, variant.recipe.name)
         runner = Runner(
-            variant.recipe, registry, workdir, hooks, show_progress, label=file_label(variant.label)
+            variant.recipe,
+            registry,
+            workdir,
+            hooks,
+            show_progress,
+            label=file_label(variant.label),
+            display=Display if show_progress else None,
         )
         variant.result = runner.run()
 

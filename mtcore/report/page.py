@@ -10,8 +10,8 @@ and, where the evaluate steps kept their hypotheses, the paired bootstrap p-valu
 stage above it), training curves, the data funnel, rejected samples, the plan graph and the
 step table (status, cache state, seconds, resources held, output size).
 
-What each section shows is plain data (:mod:`mtcore.run.page_data`, the charts' geometry in
-:mod:`mtcore.run.page_charts`); Jinja2 templates (``templates/``, package data) draw it with
+What each section shows is plain data (:mod:`mtcore.report.page_data`, the charts' geometry in
+:mod:`mtcore.report.page_charts`); Jinja2 templates (``templates/``, package data) draw it with
 autoescaping on, so no text from the workdir (rejected pairs are corpus text) reaches the page
 unescaped."""
 
@@ -21,7 +21,6 @@ import fcntl
 import functools
 import json
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,78 +28,33 @@ import jinja2
 
 from mtcore.contracts.errors import MtcoreError
 from mtcore.exec.files import replace_file
-from mtcore.run import page_data
-from mtcore.run.page_charts import (
+from mtcore.report import page_data
+from mtcore.report.page_charts import (
     PALETTE as PALETTE,
     STATUS_COLOURS as STATUS_COLOURS,
     bar_chart_data,
     line_chart_data,
     plan_graph_data,
 )
-from mtcore.run.page_data import (
+from mtcore.report.page_data import (
     REJECT_ROWS as REJECT_ROWS,
     PageData as PageData,
     StepView as StepView,
 )
+from mtcore.run.plan_file import plan_file
 from mtcore.system.significance import paired_test
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
-    from mtcore.contracts.results import RunResult
-    from mtcore.recipe.load import Recipe
-    from mtcore.recipe.plan import PlannedStep
+    from mtcore.run.results import RunResult
 
 PAGE_FILE = "report.html"
-PLAN_FILE = "plan.json"
-
-
-def plan_file(workdir: Path, label: str | None = None) -> Path:
-    return workdir / (PLAN_FILE if label is None else f"plan.{label}.json")
 
 
 def page_file(workdir: Path, label: str | None = None) -> Path:
     return workdir / (PAGE_FILE if label is None else f"report.{label}.html")
-
-
-def write_plan(
-    workdir: Path,
-    recipe: Recipe,
-    plan: list[PlannedStep],
-    needs: dict[str, str],
-    label: str | None = None,
-) -> Path:
-    """The plan as the page reads it; written by the runner when a run starts."""
-    from mtcore.recipe.graph import split_reference
-
-    steps = []
-    for planned in plan:
-        stage = planned.spec.plugin.stage(planned.id)
-        steps.append(
-            {
-                "id": planned.id,
-                "kind": planned.spec.kind,
-                "dir": planned.dirname,
-                "inputs": {
-                    role: split_reference(ref)[0] for role, ref in planned.spec.inputs.items()
-                },
-                "stage": None if stage is None else list(stage),
-                "holds": needs.get(planned.id, ""),
-            }
-        )
-    document = {
-        "recipe": recipe.name,
-        "profile": recipe.profile,
-        "paper": recipe.head.paper,
-        "label": label,
-        "ablated": list(recipe.ablated),
-        "started": time.time(),
-        "steps": steps,
-    }
-    path = plan_file(workdir, label)
-    replace_file(path, json.dumps(document, indent=1, ensure_ascii=False))
-    return path
 
 
 # --- what the page shows ---------------------------------------------------------------------

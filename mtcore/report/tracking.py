@@ -33,9 +33,9 @@ from mtcore.contracts.hooks import hookimpl
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
-    from mtcore.contracts.results import RunResult
     from mtcore.recipe.load import Recipe
     from mtcore.recipe.plan import PlannedStep
+    from mtcore.run.results import RunResult
 
 log = logging.getLogger(__name__)
 TRACKER = "mtcore.tracking"
@@ -123,10 +123,10 @@ def _guarded(method: Callable[..., None]) -> Callable[..., None]:
 
 
 class MlflowTracker:
-    """The tracker plugin: registered on a run's hook manager by ``mtcore run --track``
-        (:func:`mtcore.run.hooks.make_plugin_manager`'s ``tracking``). Curves of running trainings
-        are read from their working folders every ``poll_seconds`` (``$MTCORE_TRACKING_POLL``, else
-    15) by a thread of its own."""
+    """The tracker plugin: registered on a run's hook manager by ``mtcore run --track`` (on
+    :func:`mtcore.report.hooks.make_plugin_manager`'s manager). Curves of running trainings are
+    read from their working folders every ``poll_seconds`` (``$MTCORE_TRACKING_POLL``, else 15)
+    by a thread of its own."""
 
     def __init__(
         self,
