@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from mtcore.cli.app import cli
 from mtcore.run.page import collect, write_page
-from mtcore_plugins.common.train_log import parse_curves
+from mtcore_plugins.steps._train_log import parse_curves
 
 from .browser import SECTIONS, view_page
 

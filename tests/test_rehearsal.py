@@ -19,7 +19,7 @@ from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import Corpus
 from mtcore.recipe.load import load_recipe
 from mtcore.run.runner import Runner
-from mtcore_plugins.common import mirror as _mirror
+from mtcore_plugins.common.hub import mirror as _mirror
 from mtcore_plugins.sources.indexed import IndexedSource
 from mtcore_plugins.sources.url import UrlSource
 
