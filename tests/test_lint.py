@@ -1,4 +1,5 @@
-"""House-style gates: ruff (lint and format) over the tree, mypy over the core."""
+"""House-style gates: ruff (lint and format) over the tree, mypy over the core, the import
+contracts of pyproject.toml (import-linter), the layouts of the core and of the plugins."""
 
 from __future__ import annotations
 
