@@ -70,8 +70,8 @@ def load(work: Path, backend: str, compute: str, beam: int, batch: int, threads:
     import torch
 
     from mtcore.contracts.step import Artifact
-    from mtcore_plugins.common.ct2_convert import converted
-    from mtcore_plugins.common.ct2_decoding import Ct2Translator
+    from mtcore_plugins.common.ct2.convert import converted
+    from mtcore_plugins.steps._ct2_decoding import Ct2Translator
     from mtcore_plugins.steps.translate import TranslateConfig, Translator
 
     torch.set_num_threads(threads)
@@ -95,7 +95,7 @@ class Library:
     def __init__(self, config: Any, path: Path, spm: Path, threads: int) -> None:
         import ctranslate2
 
-        from mtcore_plugins.common.spm import load_spm
+        from mtcore_plugins.common.text.spm import load_spm
 
         self.config, self.spm = config, load_spm(spm)
         self.model = ctranslate2.Translator(

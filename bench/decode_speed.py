@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> None:
         targets = [text for hyps in lists for text, _ in hyps]
         test = binarize(work, "test-bin", models[0], ours.spm, lines, [""] * len(lines))
         pairs = binarize(work, "pairs-bin", models[0], ours.spm, sources, targets)
-        from mtcore_plugins.common.decoding import Ensemble
-        from mtcore_plugins.common.force_decode import ForceDecoder
+        from mtcore_plugins.common.decoding.force import ForceDecoder
+        from mtcore_plugins.common.decoding.translator import Ensemble
 
         ensemble = Ensemble(
             ours.models, ours.src_dict, ours.tgt_dict, ours.spm, "l2r", ours.max_source, None

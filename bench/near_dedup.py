@@ -116,7 +116,7 @@ def run_step(
 
 
 def sample_quality(pool: Pairs, size: int, seed: int, sentences: tuple[int, int]) -> None:
-    from mtcore_plugins.common import minhash
+    from mtcore_plugins.steps import _minhash as minhash
 
     rng = random.Random(seed)
     base = []

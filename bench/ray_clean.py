@@ -160,7 +160,7 @@ def measure_bt(work: Path, sentences: int = 1000) -> float:
 def output_tokens(result: Any) -> tuple[float, float]:
     """Mean SentencePiece tokens per hypothesis and per reference of the translated test."""
     from mtcore.data.corpus import Corpus
-    from mtcore_plugins.common.spm import load_spm
+    from mtcore_plugins.common.text.spm import load_spm
 
     processor = load_spm(result.path("spm") / "model")
     hyp = (result.path("translate") / "hyp" / "hyp.en").read_text(encoding="utf-8")

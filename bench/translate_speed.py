@@ -82,7 +82,7 @@ def measure(spec_json: str) -> None:
 def binarize_test(work: Path, model: Path, spm: Path, lines: list[str], refs: list[str]) -> Path:
     """The sentences encoded with the model's SentencePiece and dictionaries, for
     fairseq-generate."""
-    from mtcore_plugins.common.spm import load_spm
+    from mtcore_plugins.common.text.spm import load_spm
 
     processor = load_spm(spm)
     encoded = work / "encoded"

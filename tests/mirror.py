@@ -3,8 +3,9 @@ rehearsal: same address (host and path under the mirror's root), same compressio
 layout and member names, same column layout, a few hundred real lines in the entry's languages
 from ../shared/data. A file that ../shared/data holds itself (the WMT test sets and IWSLT20
 references pinned by the recipes) is served as it is, so its pinned sha256 is checked for real;
-every other file is a replica, listed with its sha256 in ``mirror.json`` (plugins/common/mirror).
-A ``models:`` entry's hub files are a tiny random model of its family (:func:`model_replicas`).
+every other file is a replica, listed with its sha256 in ``mirror.json``
+(plugins/common/hub/mirror). A ``models:`` entry's hub files are a tiny random model of its family
+(:func:`model_replicas`).
 
     python -m tests.mirror OUT_DIR        # writes the tree; serve it with any HTTP server
 """

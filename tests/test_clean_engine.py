@@ -449,7 +449,7 @@ def test_score_step_writes_an_aligned_table(tmp_path, registry, enja_files):
         }
     }
     result = run_doc(doc, registry, tmp_path / "w")
-    from mtcore_plugins.common.scores import read_scores
+    from mtcore_plugins.steps._scores import read_scores
 
     step = result.results[-1]
     columns, table = read_scores(step.path / "scores")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from mtcore.api import PluginError
-from mtcore_plugins.common.comet_models import CometModelConfig, CometRunner, model_files
+from mtcore_plugins.common.neural_metrics.comet import CometModelConfig, CometRunner, model_files
 from mtcore_plugins.metrics.comet import (
     CometConfig,
     CometKiwiMetric,
@@ -427,7 +427,7 @@ def test_cometkiwi_is_a_rerank_feature_that_mert_weighs(tiny, tmp_path):
     each source, in that order), CometKiwi's column beside the word penalty, weights tuned by
     MERT on a dev n-best; the step's column is the scorer's own score and every line's choice
     is the best under the tuned weights."""
-    from mtcore_plugins.common.nbest import read_nbest
+    from mtcore_plugins.steps._nbest import read_nbest
     from mtcore_plugins.steps.rerank import RerankStep
 
     from .test_rerank import context, write_corpus, write_nbest

@@ -1,4 +1,4 @@
-"""The copy guard (plugins/common/copies.py) on real WMT22 lines: sources copied into the
+"""The copy guard (plugins/steps/_copies.py) on real WMT22 lines: sources copied into the
 hypothesis slot, near copies, hypotheses in the wrong language (English, Chinese or Czech
 where Japanese or English is expected, Russian for Ukrainian), raw Japanese and Chinese told
 apart by their script, Croatian that the identifier spreads over hr, sr and bs, lines too
@@ -15,7 +15,7 @@ import pytest
 
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.registry import load_registry
-from mtcore_plugins.common.copies import copies, copy_report, letters, wrong_language
+from mtcore_plugins.steps._copies import copies, copy_report, letters, wrong_language
 
 from .conftest import SHARED
 

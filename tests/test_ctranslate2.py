@@ -17,7 +17,7 @@ import pytest
 from mtcore.contracts.errors import DataError, PluginError
 from mtcore.contracts.registry import load_registry
 from mtcore.contracts.step import Artifact
-from mtcore_plugins.common.ct2_convert import converted
+from mtcore_plugins.common.ct2.convert import converted
 from mtcore_plugins.steps.translate import TranslateStep
 
 from .test_decoding import CAPPED, MICRO, build_setup, texts, train, translate
@@ -289,7 +289,7 @@ def test_killed_translation_resumes_its_finished_shards(
 ) -> None:
     """Issue 25 point 5: a CTranslate2 translation killed in its third shard resumes with the
     missing shards only, and ends with the output of one that ran through."""
-    from mtcore_plugins.common.ct2_decoding import Ct2Translator
+    from mtcore_plugins.steps._ct2_decoding import Ct2Translator
 
     from .test_decoding import Killed
 

@@ -16,11 +16,11 @@ import pytest
 from mtcore.contracts.errors import DataError, PluginError
 from mtcore.contracts.registry import load_registry
 from mtcore.contracts.step import Artifact, StepContext
-from mtcore_plugins.common import decoding
-from mtcore_plugins.common.decoding import Ensemble, Translator
-from mtcore_plugins.common.force_decode import ForceDecoder
-from mtcore_plugins.common.nbest import Entry, read_nbest
+from mtcore_plugins.common.decoding import translator as decoding
+from mtcore_plugins.common.decoding.force import ForceDecoder
+from mtcore_plugins.common.decoding.translator import Ensemble, Translator
 from mtcore_plugins.executors.local import LocalExecutor
+from mtcore_plugins.steps._nbest import Entry, read_nbest
 from mtcore_plugins.steps.binarize import BinarizeStep
 from mtcore_plugins.steps.spm import SentencePieceStep
 from mtcore_plugins.steps.train import TrainStep

@@ -15,7 +15,7 @@ import pytest
 from mtcore.api import AppendLog
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner
-from mtcore_plugins.common.scores import read_scores
+from mtcore_plugins.steps._scores import read_scores
 from mtcore_plugins.steps.dedup import KeyBuckets
 
 from .test_near_dedup import wmt_pairs  # noqa: F401 (a fixture)

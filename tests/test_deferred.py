@@ -1,5 +1,5 @@
-"""fairseq imported with its statistics libraries deferred (plugins/common/deferred.py): they
-are not loaded by the import, every deferred name still works when used, and the real modules
+"""fairseq imported with its statistics libraries deferred (plugins/common/fairseq/deferred.py):
+they are not loaded by the import, every deferred name still works when used, and the real modules
 are what a later import gets."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 PROBE = """
 import sys
-from mtcore_plugins.common.deferred import deferred
+from mtcore_plugins.common.fairseq.deferred import deferred
 with deferred():
     import fairseq
 loaded = sorted(m for m in ("sklearn", "sklearn.metrics", "scipy.stats") if m in sys.modules)

@@ -93,7 +93,7 @@ class Batched(SourceLength):
     MetricX's batch loops do."""
 
     def corpus_score(self, hyps, refs, lang, sources=None):  # type: ignore[no-untyped-def]
-        from mtcore_plugins.common.isolated import report
+        from mtcore_plugins.common.runtime.isolated import report
 
         for done in range(8, len(hyps) + 8, 8):
             time.sleep(0.2)

@@ -424,7 +424,7 @@ def fake_checkpoint(path: Path, updates: int, weight: float) -> None:
 def test_checkpoint_selection_repair_and_averaging(tmp_path: Path) -> None:
     import torch
 
-    from mtcore_plugins.common.fairseq_entry import average_checkpoints
+    from mtcore_plugins.common.fairseq.checkpoints import average_checkpoints
 
     for updates in (5, 10, 15):
         fake_checkpoint(tmp_path / f"checkpoint_1_{updates}.pt", updates, float(updates))
@@ -641,7 +641,7 @@ try:
     torch.load(checkpoint, weights_only=True)
 except pickle.UnpicklingError:
     print("safe loader refuses without safe globals")
-from mtcore_plugins.common.fairseq_setup import add_safe_globals, register_models
+from mtcore_plugins.common.fairseq.setup import add_safe_globals, register_models
 add_safe_globals()
 register_models(["transformer_presets"])
 from fairseq import checkpoint_utils

@@ -9,7 +9,7 @@ import pytest
 from mtcore.chain.ranking import KeepSpec, ranked_cut
 from mtcore.exec import shards
 from mtcore.text.block import TextBlock
-from mtcore_plugins.common import tokens as _tokens
+from mtcore_plugins.common.text import tokens as _tokens
 
 # Raw lines of the WMT22 general test sets (en-ja, en-zh references), unsegmented.
 JA_NEWS = (

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mtcore.api import PluginError
-from mtcore_plugins.common import isolated
-from mtcore_plugins.common.isolated import run_in_worker, stop_workers
+from mtcore_plugins.common.runtime import isolated
+from mtcore_plugins.common.runtime.isolated import run_in_worker, stop_workers
 
 CALLS = 0
 """Calls of :func:`count` in this process (a worker's own count: the module is imported once

@@ -1,7 +1,9 @@
-"""House-style gates: ruff (lint and format) over the tree, mypy over the core."""
+"""House-style gates: ruff (lint and format) over the tree, mypy over the core, the import
+contracts of pyproject.toml (import-linter), the layouts of the core and of the plugins."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,43 +30,86 @@ def test_tool_passes(command):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def plugin_imports() -> list[tuple[str, str, str]]:
-    """(file, its kind, the kind it imports) for every import of ``mtcore_plugins.<kind>`` in
-    ``plugins/``, at any depth of the file (lazy imports count); ``common`` is the shared
-    layer, files at the top of ``plugins/`` are kind ``""``."""
-    import ast
-
-    found = []
-    for path in sorted((ROOT / "plugins").rglob("*.py")):
-        rel = path.relative_to(ROOT / "plugins")
-        kind = rel.parts[0] if len(rel.parts) > 1 else ""
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            for name in names:
-                parts = name.split(".")
-                if parts[0] == "mtcore_plugins" and len(parts) > 1:
-                    found.append((rel.as_posix(), kind, parts[1]))
-    return found
+def lint_imports(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None):
+    """``lint-imports`` (the one installed next to this interpreter, run by it: a copied
+    virtualenv's script may name another interpreter) with ``args``, without its cache."""
+    script = BIN / "lint-imports"
+    if not script.exists():
+        pytest.skip(f"{script} not installed")
+    command = [sys.executable, str(script), *args, "--no-cache"]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def test_plugin_layers_point_one_way():
-    """Issue 19 point 3: no plugin kind imports another kind's modules, and the shared layer
-    (``plugins/common``) imports no plugin kind: every kind may use it, and the graph has no
-    cycle through it."""
-    found = plugin_imports()
-    assert any(kind == "filters" and target == "common" for _, kind, target in found)
-    wrong = sorted(
-        {
-            f"{file} imports mtcore_plugins.{target}"
-            for file, kind, target in found
-            if (target != "common" and target != kind) or (kind == "common" and target != "common")
-        }
+CONTRACTS = [
+    "The core's folders are layers (lowest last)",
+    "The core imports no built-in plugin",
+    "plugin kinds over common",
+    "common's folders",
+]
+
+
+def test_import_contracts_hold():
+    """Issue 19 point 3, issue 68 items 1 and 3: the import-linter contracts of pyproject.toml
+    hold. The core's folders are layers, each importing only those below it (lazy and
+    type-checking imports counted), and the core imports no built-in plugin;
+    "plugin kinds over common": every kind may import ``mtcore_plugins.common``, which imports
+    no kind, and no kind imports another kind's modules; "common's folders": each folder of
+    common imports only the folders below it, the ones sharing a layer none of each other."""
+    done = lint_imports("pyproject.toml")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    for name in CONTRACTS:
+        assert f"{name} KEPT" in output, output
+    assert f"{len(CONTRACTS)} kept, 0 broken" in output, output
+
+
+LAYERED = {
+    "high/__init__.py": "",
+    "high/a.py": "from layered.low import b\n",
+    "high/c.py": "",
+    "low/__init__.py": "",
+    "low/b.py": "",
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "broken"),
+    [
+        ({}, None),
+        ({"low/up.py": "import layered.high.c\n"}, "layered.low.up -> layered.high.c"),
+        (
+            {"high/d.py": "def f():\n    from layered.side import e\n"},
+            "layered.high.d -> layered.side.e",
+        ),
+    ],
+    ids=["kept", "upward-import", "sibling-import"],
+)
+def test_import_contracts_can_fail(tmp_path, extra, broken):
+    """The contracts above can fail: on a package of its own (``high | side`` over ``low``),
+    lint-imports keeps the contract, then breaks it for an import from the lower layer up and
+    for a lazy import between two independent siblings, naming the import."""
+    package = tmp_path / "layered"
+    files = {**LAYERED, "side/__init__.py": "", "side/e.py": "", **extra}
+    for name, text in {"__init__.py": "", **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text, encoding="utf-8")
+    (tmp_path / "contracts.toml").write_text(
+        '[tool.importlinter]\nroot_packages = ["layered"]\n\n'
+        "[[tool.importlinter.contracts]]\n"
+        'name = "layers of the sample"\ntype = "layers"\ncontainers = ["layered"]\n'
+        'layers = ["high | side", "low"]\nexhaustive = true\n',
+        encoding="utf-8",
     )
-    assert not wrong, "\n".join(wrong)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = lint_imports("contracts.toml", cwd=tmp_path, env=env)
+    output = done.stdout + done.stderr
+    if broken is None:
+        assert done.returncode == 0, output
+        assert "layers of the sample KEPT" in output, output
+    else:
+        assert done.returncode == 1, output
+        assert "layers of the sample BROKEN" in output, output
+        assert broken in output, output
 
 
 def import_graph(folder: Path, package: str) -> dict[str, set[str]]:
@@ -203,24 +248,6 @@ def test_public_api_lists_agree():
     assert where == api._WHERE
 
 
-def lint_imports(cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``lint-imports`` (import-linter) over ``cwd``'s ``pyproject.toml`` contracts."""
-    tool = BIN / "lint-imports"
-    if not tool.exists():
-        pytest.skip(f"{tool} not installed (requirements/dev.txt)")
-    command = [str(tool), "pyproject.toml", "--no-cache", "--no-logo"]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
-
-
-def test_import_contracts_hold():
-    """Issue 68: the core's folders are layers, each importing only those below it (lazy and
-    type-checking imports counted), and the core imports no built-in plugin; the contracts
-    are ``[tool.importlinter]`` in pyproject.toml."""
-    done = lint_imports(ROOT)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 kept, 0 broken" in done.stdout, done.stdout
-
-
 def test_import_contracts_catch_a_wrong_import(tmp_path):
     """The contracts can fail: on a copy of the core with an upward import planted in a
     function of ``contracts`` and an import of a built-in plugin in ``data``, both break and
@@ -238,10 +265,10 @@ def test_import_contracts_catch_a_wrong_import(tmp_path):
         with open(tmp_path / "mtcore" / name, "a", encoding="utf-8") as handle:
             handle.write(f"\n\ndef _planted() -> None:\n    {line}  # noqa: F401\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = lint_imports(tmp_path, env)
+    done = lint_imports("pyproject.toml", cwd=tmp_path, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
-    assert "0 kept, 2 broken" in out, out
+    assert f"{len(CONTRACTS) - 2} kept, 2 broken" in out, out
     assert "mtcore.contracts.errors -> mtcore.report.page" in out, out
     assert "mtcore.data.read -> mtcore_plugins.steps" in out, out
 
@@ -263,37 +290,70 @@ def test_core_is_laid_out_by_concern():
         assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), init
 
 
-def test_no_step_imports_another_step():
-    """Issue 49 point 3: a step's module holds that step; what several steps share (the score
-    table, the training log, the decoding settings, the n-best features) lives in
-    ``mtcore_plugins.common``, and the processor chain engine in the core
-    (``mtcore.api.process_shard``, ``rewrite_corpus``), so no step imports another's module."""
+def test_common_is_laid_out_by_concern():
+    """Issue 68 item 1: ``plugins/common`` holds folders by concern and, flat, only its
+    ``__init__``, whose docstring names every folder; each folder says what it holds in its
+    ``__init__`` docstring (their order is the "common's folders" contract)."""
     import ast
 
+    common = ROOT / "plugins" / "common"
+    assert sorted(p.name for p in common.glob("*.py")) == ["__init__.py"]
+    folders = sorted(p for p in common.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert len(folders) > 5
+    summary = ast.get_docstring(ast.parse((common / "__init__.py").read_text(encoding="utf-8")))
+    for folder in folders:
+        init = folder / "__init__.py"
+        assert init.exists(), folder
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), init
+        assert f"``{folder.name}``" in (summary or ""), f"{folder.name} not in common's docstring"
+
+
+def test_no_step_imports_another_step():
+    """Issue 49 point 3, issue 68 item 1: a step's module holds that step; what several steps
+    share (the score table, the training log, the decoding settings, n-best files) lives in a
+    private ``plugins/steps/_*.py`` module, what other kinds use too in
+    ``mtcore_plugins.common``'s folder for its concern, and the processor chain engine in the
+    core (``mtcore.api.process_shard``, ``rewrite_corpus``), so no step (nor private helper)
+    imports a step's module."""
+    import ast
+
+    def step_module(name: str) -> bool:
+        """A step's module, or the package: ``mtcore_plugins.steps._x`` is a private helper."""
+        parts = name.split(".")
+        helper = len(parts) > 2 and parts[2].startswith("_")
+        return parts[:2] == ["mtcore_plugins", "steps"] and not helper
+
     steps = ROOT / "plugins" / "steps"
-    wrong, defining = [], 0
+    wrong, defining, private = [], 0, 0
     for path in sorted(steps.glob("*.py")):
         if path.name == "__init__.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names = []
-            if isinstance(node, ast.ImportFrom) and node.module:
+            if isinstance(node, ast.ImportFrom) and node.module == "mtcore_plugins.steps":
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             wrong += [
-                f"{path.name}:{node.lineno} imports {name}"
-                for name in names
-                if name.startswith("mtcore_plugins.steps")
+                f"{path.name}:{node.lineno} imports {name}" for name in names if step_module(name)
             ]
+        if path.name.startswith("_"):
+            private += 1
+            continue
         classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
         if not any(
             isinstance(base, ast.Subscript) and ast.unparse(base.value) == "Step"
             for cls in classes
             for base in cls.bases
         ):
-            wrong.append(f"{path.name} defines no step: shared code goes to mtcore_plugins.common")
+            wrong.append(
+                f"{path.name} defines no step: what steps share goes to a private "
+                "plugins/steps/_*.py module, what other kinds use too to the folder of "
+                "mtcore_plugins.common for its concern (plugins/common/__init__.py lists them)"
+            )
         defining += 1
-    assert defining > 20
+    assert defining > 20 and private > 10
     assert not wrong, "\n".join(wrong)

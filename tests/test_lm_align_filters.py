@@ -27,7 +27,7 @@ from mtcore.contracts.errors import PluginError
 from mtcore.recipe.load import build_recipe
 from mtcore.recipe.plan import make_plan
 from mtcore.run.runner import Runner
-from mtcore_plugins.common.ngram import lm_line
+from mtcore_plugins.common.lm.ngram import lm_line
 from mtcore_plugins.steps.kenlm import kenlm_binary
 
 from .conftest import ENJA, SHARED

@@ -22,9 +22,9 @@ from mtcore.contracts.errors import DataError, StepError
 from mtcore.contracts.registry import KINDS, PluginInfo, Registry, load_registry
 from mtcore.contracts.step import Artifact, StepContext
 from mtcore.data.corpus import Corpus, CorpusWriter
-from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
 from mtcore_plugins.executors.local import LocalExecutor
 from mtcore_plugins.steps import mbr
+from mtcore_plugins.steps._nbest import Entry, NBestWriter, read_nbest
 from mtcore_plugins.steps.mbr import MbrConfig, MbrStep, choose, expected_utilities
 
 from .conftest import ENJA, SHARED

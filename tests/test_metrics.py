@@ -16,7 +16,7 @@ import sacrebleu
 
 from mtcore.contracts.errors import DataError, PluginError, RecipeError
 from mtcore.recipe.load import build_recipe
-from mtcore_plugins.common import comet_models
+from mtcore_plugins.common.neural_metrics import comet as comet_models
 from mtcore_plugins.metrics.comet import CometConfig, CometMetric
 from mtcore_plugins.metrics.sentence_bleu import sentence_bleu
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mtcore.api import DataError, PluginError
-from mtcore_plugins.common.metricx_config import MetricXConfig, format_input
+from mtcore_plugins.common.neural_metrics.metricx_config import MetricXConfig, format_input
 from mtcore_plugins.metrics.metricx import MetricXMetric, MetricXQEMetric
 
 from .tiny_metricx import FILES, REGRESSION_ID, build, real_lines
@@ -282,7 +282,7 @@ def test_rerank_feature_is_the_qe_score(tiny, enja):
 def test_evaluate_scores_it_in_a_spawned_worker(tiny, enja):
     """The evaluate step's path for a heavy metric: the metric, not yet loaded, pickled into a
     spawned process that sets it up with the step's inputs and scores there."""
-    from mtcore_plugins.common.isolated import run_in_worker, stop_workers
+    from mtcore_plugins.common.runtime.isolated import run_in_worker, stop_workers
     from mtcore_plugins.steps.evaluate import score_one
 
     metric = metricx("mx", batch_size=4)

@@ -17,7 +17,7 @@ from mtcore.contracts.errors import PluginError
 from mtcore.exec import shards
 from mtcore.recipe.hashing import content_hash
 from mtcore.text.block import TextBlock
-from mtcore_plugins.common import langcodes
+from mtcore_plugins.common.text import langcodes
 from mtcore_plugins.filters import langid as langid_module
 
 from .conftest import SHARED, real_slice

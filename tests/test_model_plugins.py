@@ -332,7 +332,7 @@ SMALL = {
 def gain_extension() -> Any:
     """A third party's family, written here without touching mtcore: a learned gain on every
     layer's output (1 at initialisation), switched on by its own fairseq argument."""
-    from mtcore_plugins.common.model_extension import ModelExtension
+    from mtcore_plugins.common.fairseq.model_extension import ModelExtension
 
     class OutputGain(ModelExtension):
         name = "test_output_gain"
@@ -355,7 +355,7 @@ def test_a_third_party_family_plugs_into_the_shared_transformer(
 ) -> None:
     """Issue 19 point 5: registering an extension adds its argument, its parameters and its
     hook to ``mtcore_transformer``; off, the model is unchanged."""
-    from mtcore_plugins.common import model_extension as extension
+    from mtcore_plugins.common.fairseq import model_extension as extension
     from mtcore_plugins.models.model import MtcoreTransformerModel
 
     monkeypatch.setattr(extension, "EXTENSIONS", dict(extension.EXTENSIONS))
@@ -377,7 +377,7 @@ def test_a_third_party_family_plugs_into_the_shared_transformer(
         gained.encoder.gains[-1] = 0.5
         assert not torch.allclose(plain(**sample)[0], gained(**sample)[0])
     # the CTranslate2 converter refuses what an extension does not declare it can run
-    from mtcore_plugins.common.ct2_convert import unsupported
+    from mtcore_plugins.common.ct2.convert import unsupported
 
     reasons = unsupported(vars(gained.args), "mtcore_transformer")
     assert reasons == [
@@ -389,7 +389,7 @@ def test_a_third_party_family_plugs_into_the_shared_transformer(
 def test_extensions_that_cannot_combine_say_so(
     dictionary: Dictionary, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mtcore_plugins.common import model_extension as extension
+    from mtcore_plugins.common.fairseq import model_extension as extension
 
     with pytest.raises(ValueError, match=r"combines with adapters only \(not rpe"):
         build("mtcore_xiaomi_evolved_tiny", dictionary, rpe_max_distance=4)
@@ -736,7 +736,7 @@ def test_rdrop_trains_through_the_train_step(enja_data: Path, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_adapters_only_fine_tuning_keeps_the_base_model(enja_data: Path, tmp_path: Path) -> None:
-    from mtcore_plugins.common.fairseq_setup import add_safe_globals
+    from mtcore_plugins.common.fairseq.setup import add_safe_globals
 
     base = train(
         enja_data, tmp_path / "base", "mtcore_yishu_12_6_tiny", ["transformer_presets"], []
@@ -764,7 +764,7 @@ from pathlib import Path
 import torch
 
 from mtcore.api import Artifact
-from mtcore_plugins.common.fairseq_setup import add_safe_globals
+from mtcore_plugins.common.fairseq.setup import add_safe_globals
 from tests.test_model_plugins import train, translate
 
 data, work = Path(sys.argv[1]), Path(sys.argv[2])

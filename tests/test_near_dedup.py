@@ -15,8 +15,8 @@ import pytest
 
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner
-from mtcore_plugins.common import minhash
-from mtcore_plugins.common.scores import read_scores
+from mtcore_plugins.steps import _minhash as minhash
+from mtcore_plugins.steps._scores import read_scores
 
 from .conftest import SHARED
 from .test_selection import local, read

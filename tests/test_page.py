@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from mtcore.cli.app import cli
 from mtcore.report.page import collect, line_chart, write_page
-from mtcore_plugins.common.train_log import parse_curves
+from mtcore_plugins.steps._train_log import parse_curves
 
 from .browser import SECTIONS, view_page
 

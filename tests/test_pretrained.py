@@ -22,7 +22,7 @@ from mtcore.contracts.errors import RecipeError
 from mtcore.contracts.registry import load_registry
 from mtcore.data.corpus import Corpus
 from mtcore.recipe.load import load_recipe
-from mtcore_plugins.common.pretrained import load_tokenizer
+from mtcore_plugins.common.hub.pretrained import load_tokenizer
 
 from .conftest import ENJA
 from .test_sources import LoopbackServer
@@ -369,7 +369,7 @@ def test_a_masked_lm_by_id_scores_segmented_hypotheses(
     rerank feature through the input it is connected to; ``pretokenize: words`` scores the
     hypothesis as MeCab's words joined by spaces (what a model trained on segmented text
     reads), which unsegmented input is not; a translation model in its place is refused."""
-    from mtcore_plugins.common.tokens import tokens
+    from mtcore_plugins.common.text.tokens import tokens
 
     from .conftest import tiny_bert
 

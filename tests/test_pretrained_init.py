@@ -21,9 +21,9 @@ from mtcore.cli.app import cli
 from mtcore.contracts.registry import load_registry
 from mtcore.data.corpus import Corpus
 from mtcore.recipe.load import load_recipe
-from mtcore_plugins.common.decoding import check_members
-from mtcore_plugins.common.pretrained import load_tokenizer
-from mtcore_plugins.common.pretrained_init import LanguageTokens
+from mtcore_plugins.common.decoding.translator import check_members
+from mtcore_plugins.common.hub.pretrained import load_tokenizer
+from mtcore_plugins.steps._pretrained_init import LanguageTokens
 from mtcore_plugins.steps.binarize import BinarizeStep
 from mtcore_plugins.steps.translate import TranslateStep
 

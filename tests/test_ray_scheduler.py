@@ -186,7 +186,7 @@ def rank_nodes(work: Path) -> list[list[str]]:
 def test_two_ranks_on_two_nodes_train_as_one_rank_does(cluster, tmp_path):
     """A 2-rank gloo training, one rank on each node (STRICT_SPREAD bundles of one CPU): its
     loss curve is the 1-rank training's (update_freq 2) within LOSS_TOLERANCE."""
-    from mtcore_plugins.common.train_log import parse_curves
+    from mtcore_plugins.steps._train_log import parse_curves
     from mtcore_plugins.steps.train import TrainStep
     from tests.test_fairseq_steps import make_ctx
 
@@ -224,7 +224,7 @@ def test_a_lost_node_leaves_the_training_to_finish_on_the_head(tmp_path):
     checkpoint_last.pt and finishes. A cluster of its own: this test kills a node."""
     import ray
 
-    from mtcore_plugins.common.train_log import parse_train_log
+    from mtcore_plugins.steps._train_log import parse_train_log
 
     if ray.is_initialized():  # the module cluster's connection
         ray.shutdown()

@@ -20,7 +20,7 @@ from mtcore.data.corpus import Corpus
 from mtcore.recipe.load import load_recipe
 from mtcore.report.hooks import make_plugin_manager
 from mtcore.run.runner import Runner
-from mtcore_plugins.common import mirror as _mirror
+from mtcore_plugins.common.hub import mirror as _mirror
 from mtcore_plugins.sources.indexed import IndexedSource
 from mtcore_plugins.sources.url import UrlSource
 

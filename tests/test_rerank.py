@@ -19,8 +19,8 @@ from mtcore.contracts.errors import DataError, PluginError, StepError
 from mtcore.contracts.registry import load_registry
 from mtcore.contracts.step import Artifact, StepContext
 from mtcore.data.corpus import CorpusWriter
-from mtcore_plugins.common.nbest import Entry, NBestWriter, read_nbest
 from mtcore_plugins.executors.local import LocalExecutor
+from mtcore_plugins.steps._nbest import Entry, NBestWriter, read_nbest
 from mtcore_plugins.steps.rerank import RerankConfig, RerankStep
 from mtcore_plugins.tuners._problem import Problem, best_rows
 from mtcore_plugins.tuners.mert import line_search
@@ -325,7 +325,7 @@ def kenlm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ngram_lm_prefers_fluent_order(kenlm_model: Path) -> None:
     """Real held-out Japanese scores above the same words reversed; ``sum`` is ``token`` times
     the tokens (</s> counted); a model without the target language is refused."""
-    from mtcore_plugins.common.ngram import lm_line
+    from mtcore_plugins.common.lm.ngram import lm_line
 
     hyps = real_lines("dev", "ja", 50)
     reversed_hyps = [" ".join(h.split()[::-1]) for h in hyps]
@@ -475,7 +475,7 @@ def test_rerank_with_fixed_weights_picks_the_weighted_best(tmp_path: Path) -> No
     step.run(ctx)
     hyp = (tmp_path / "rr/hyp/hyp.ja").read_text(encoding="utf-8").splitlines()
     # the fewest MeCab words wins; the first of equal ones
-    from mtcore_plugins.common.tokens import tokens
+    from mtcore_plugins.common.text.tokens import tokens
 
     fewest = [min(h, key=lambda x: len(tokens(x[0], "ja")))[0] for h in nbest]
     assert hyp == fewest

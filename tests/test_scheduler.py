@@ -298,7 +298,7 @@ def test_the_display_shows_the_run_and_each_running_step(tmp_path):
         '2026 | INFO | train_inner | {"epoch": "1", "loss": "7.5", "num_updates": "350", '
         '"ups": "3.2"}\n'
     )
-    from mtcore_plugins.common.train_log import live_line
+    from mtcore_plugins.steps._train_log import live_line
 
     assert live_line(log, 1400) == "update 350/1400 loss 7.50 3.2 upd/s"
     out = io.StringIO()

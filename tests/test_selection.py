@@ -21,8 +21,8 @@ from mtcore.contracts.errors import DataError
 from mtcore.data.corpus import Corpus, CorpusWriter
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner
-from mtcore_plugins.common.scores import read_scores
 from mtcore_plugins.sources.gettext import parse_mo
+from mtcore_plugins.steps._scores import read_scores
 from mtcore_plugins.steps.knn_select import KnnSelectStep, neighbours_table
 from mtcore_plugins.steps.score import ScoreStep
 from mtcore_plugins.steps.select import SelectConfig, SelectStep

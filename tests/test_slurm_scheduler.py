@@ -20,8 +20,8 @@ from mtcore.contracts.registry import load_registry
 from mtcore.contracts.resources import Resources
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner
-from mtcore_plugins.common.train_log import parse_curves
 from mtcore_plugins.schedulers.slurm import SlurmConfig, task_layout
+from mtcore_plugins.steps._train_log import parse_curves
 from tests import probe_steps
 from tests.conftest import clean_split_recipe, real_slice
 from tests.slurm_cluster import slurm_cluster  # noqa: F401

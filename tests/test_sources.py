@@ -25,7 +25,7 @@ from mtcore.contracts.registry import load_registry
 from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import InputPolicy
 from mtcore.recipe.hashing import content_hash
-from mtcore_plugins.common.download import FileSpec
+from mtcore_plugins.common.hub.download import FileSpec
 from mtcore_plugins.sources.gettext import GettextSource, catalog_units
 from mtcore_plugins.sources.local import LocalSource
 from mtcore_plugins.sources.url import UrlSource

@@ -22,7 +22,7 @@ from mtcore.contracts.stats import Stats
 from mtcore.data.corpus import Corpus
 from mtcore.recipe.load import load_recipe
 from mtcore.recipe.plan import make_plan
-from mtcore_plugins.common import mirror as _mirror
+from mtcore_plugins.common.hub import mirror as _mirror
 from mtcore_plugins.sources._index import mtdata_index, mtdata_settings, sacrebleu_resolve
 from mtcore_plugins.sources.indexed import (
     FloresSource,

@@ -16,7 +16,7 @@ import pytest
 
 from mtcore.contracts.errors import DataError, StepError
 from mtcore.contracts.step import Artifact
-from mtcore_plugins.common.checkpoints import (
+from mtcore_plugins.common.fairseq.checkpoints import (
     average_checkpoints,
     best_entries,
     keep_best,
@@ -24,10 +24,10 @@ from mtcore_plugins.common.checkpoints import (
     select_best,
     select_checkpoints,
 )
-from mtcore_plugins.common.fairseq_entry import reverse_tokens
-from mtcore_plugins.common.fairseq_setup import add_safe_globals
-from mtcore_plugins.common.train_config import TrainConfig
-from mtcore_plugins.common.vocab_map import map_vocabulary
+from mtcore_plugins.common.fairseq.setup import add_safe_globals
+from mtcore_plugins.steps._fairseq_entry import reverse_tokens
+from mtcore_plugins.steps._train_config import TrainConfig
+from mtcore_plugins.steps._vocab_map import map_vocabulary
 from mtcore_plugins.steps.binarize import BinarizeStep
 from mtcore_plugins.steps.spm import SentencePieceStep
 from mtcore_plugins.steps.train import TrainStep, parse_train_log
@@ -129,7 +129,7 @@ def test_dev_bleu_tokenized_as_the_paper_scores(tmp_path: Path, monkeypatch) -> 
     with MeCab (a partly right Japanese hypothesis scores above 0)."""
     import sacrebleu
 
-    from mtcore_plugins.common import fairseq_entry
+    from mtcore_plugins.steps import _fairseq_entry as fairseq_entry
 
     step = TrainStep.from_dict({"best_metric": "bleu", "bleu_tokenize": "ja-mecab"})
     cmd = step.command(tmp_path, {"src": "en", "tgt": "ja"}, tmp_path / "save")
@@ -471,7 +471,7 @@ def test_vocabulary_mapped_init_copies_shared_rows(
     import torch
     from fairseq.data import Dictionary
 
-    from mtcore_plugins.common.vocab_map import remap_checkpoint
+    from mtcore_plugins.steps._vocab_map import remap_checkpoint
 
     old = Dictionary.load(str(parent / "dict.ja.txt"))
     new = Dictionary.load(str(vocabs["data_b"] / "dict.ja.txt"))

@@ -30,7 +30,7 @@ def train_to(data: Path, save_dir: Path, updates: int) -> str:
 
 
 def state(save_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, object]]:
-    from mtcore_plugins.common.fairseq_setup import add_safe_globals
+    from mtcore_plugins.common.fairseq.setup import add_safe_globals
 
     add_safe_globals()  # the checkpoint's optimizer state, through the safe loader
     saved = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=True)
@@ -53,7 +53,7 @@ def test_stopped_in_epochs_two_and_three_it_continues_as_if_never_stopped(
 ) -> None:
     """fairseq 0.12 ordered a resumed run's examples with the seed of the epoch it resumed in,
     not epoch 1's, so from epoch 2 on the batches (equal lengths in another order) and then
-    the model drifted (mtcore_plugins.common.fairseq_entry._resumed_batches_as_in_epoch_one)."""
+    the model drifted (mtcore_plugins.steps._fairseq_entry._resumed_batches_as_in_epoch_one)."""
     data = binarized[0]
     log = train_to(data, tmp_path / "through", 120)
     epoch = int(re.search(r'\| train \| \{"epoch": 1, .*"train_num_updates": "(\d+)"', log)[1])

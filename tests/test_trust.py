@@ -19,7 +19,7 @@ import pytest
 
 from mtcore.contracts.errors import DataError, MtcoreError
 from mtcore.contracts.stats import Stats
-from mtcore_plugins.common.download import Downloader, FileSpec
+from mtcore_plugins.common.hub.download import Downloader, FileSpec
 from tests.test_sources import LoopbackServer
 
 PAYLOAD = """
@@ -58,7 +58,7 @@ def crafted_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
     "setup",
     [
         # as decoding, the neural LM scorer and the converter set up a process
-        "from mtcore_plugins.common.fairseq_setup import add_safe_globals; add_safe_globals()",
+        "from mtcore_plugins.common.fairseq.setup import add_safe_globals; add_safe_globals()",
         # as the CLI and mtcore.run.jobs do, before any step
         "from mtcore.exec.process import safe_torch_loads; safe_torch_loads()",
     ],
@@ -170,7 +170,7 @@ def test_a_body_without_a_length_is_kept_only_when_a_hash_pins_it(tmp_path):
 def test_a_mirror_replica_hash_is_a_sha256_never_a_path(tmp_path, monkeypatch):
     """Issue 70: with MTCORE_MIRROR_REPLICAS=1, a mirror's "hash" ``../../etc/hostname`` was
     used as a cache path and read as a corpus."""
-    from mtcore_plugins.common import mirror
+    from mtcore_plugins.common.hub import mirror
 
     server = LoopbackServer()
     try:
@@ -532,7 +532,7 @@ def test_children_do_not_import_modules_from_the_working_directory(tmp_path, set
 
 def test_jieba_reads_its_cache_from_a_folder_of_this_user_only(tmp_path, monkeypatch):
     """jieba's default cache was /tmp/jieba.cache, read back with marshal: planted by anyone."""
-    from mtcore_plugins.common.tokens import jieba_cache
+    from mtcore_plugins.common.text.tokens import jieba_cache
 
     monkeypatch.setenv("MTCORE_CACHE", str(tmp_path / "cache"))
     folder = jieba_cache()
@@ -840,7 +840,7 @@ def test_a_sentence_transformers_that_imports_model_code_is_refused(tmp_path, mo
     folder; the embedding backend refuses such a release before loading any model. (Not
     installed here: an old release stands in, a module that says 5.4.1 and records a load.)"""
     from mtcore.contracts.errors import PluginError
-    from mtcore_plugins.common.embeddings import _sentence_transformer
+    from mtcore_plugins.common.similarity.embeddings import _sentence_transformer
 
     package = tmp_path / "old" / "sentence_transformers"
     package.mkdir(parents=True)
@@ -971,7 +971,7 @@ def test_workdir_files_are_written_through_fresh_temporary_names(tmp_path):
     from mtcore.exec.files import replace_file
     from mtcore.run.jobs import write_json
     from mtcore.run.plan_file import write_plan
-    from mtcore_plugins.common.lockfile import LockFile
+    from mtcore_plugins.common.hub.lockfile import LockFile
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -1031,7 +1031,7 @@ def test_a_crafted_system_cannot_take_a_real_models_place_in_the_conversion_cach
     model's ``artifact.json`` claims: a crafted system claiming a real model's hashes had its
     weights installed under that model's key. The key is now the files' own content."""
     from mtcore.contracts.step import Artifact
-    from mtcore_plugins.common.pretrained import cache_key
+    from mtcore_plugins.common.hub.pretrained import cache_key
 
     claimed = {"files": {"model.safetensors": "ab" * 32, "config.json": "cd" * 32}}
     real, crafted = tmp_path / "real", tmp_path / "crafted"

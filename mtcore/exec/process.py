@@ -65,7 +65,7 @@ def safe_torch_loads() -> None:
     whatever the environment says: ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` would otherwise turn
     fairseq's own loads (decoding, the neural LM scorer, the CTranslate2 converter), which pass
     no ``weights_only``, into pickle loads that run a crafted checkpoint's code. torch then
-    refuses any global outside the allow-list (mtcore_plugins.common.fairseq_setup), even for a
+    refuses any global outside the allow-list (mtcore_plugins.common.fairseq.setup), even for a
     call that asks ``weights_only=False``."""
     os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"

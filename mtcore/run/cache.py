@@ -36,7 +36,7 @@ log = logging.getLogger("mtcore")
 
 LOCK_ENV = "MTCORE_LOCK_FILE"
 """The lock file of a run's downloads (``<recipe>.lock``), named by ``mtcore run`` and
-``mtcore lock`` for the ``url`` source (mtcore_plugins.common.lockfile)."""
+``mtcore lock`` for the ``url`` source (mtcore_plugins.common.hub.lockfile)."""
 
 
 def lock_path(recipe: Path) -> Path:

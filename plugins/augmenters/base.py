@@ -14,7 +14,7 @@ import random
 from pydantic import Field
 
 from mtcore.api import Augmenter, PluginConfig
-from mtcore_plugins.common.tags import TOKEN_PATTERN
+from mtcore_plugins.common.text.tags import TOKEN_PATTERN
 
 __all__ = ["TOKEN_PATTERN", "Augmenter", "SeededConfig", "line_rng"]
 

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from mtcore.api import Augmenter
 from mtcore_plugins.augmenters.base import SeededConfig, line_rng
-from mtcore_plugins.common.tags import TOKEN_PATTERN
+from mtcore_plugins.common.text.tags import TOKEN_PATTERN
 
 
 class NoiseConfig(SeededConfig):

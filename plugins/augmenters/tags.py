@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pydantic import Field, field_validator
 
 from mtcore.api import Augmenter, PluginConfig
-from mtcore_plugins.common.tags import TOKEN_PATTERN, prepend
+from mtcore_plugins.common.text.tags import TOKEN_PATTERN, prepend
 
 
 class TagConfig(PluginConfig):

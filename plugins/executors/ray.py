@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from mtcore.api import Executor, PluginConfig, PluginError, StepError
-from mtcore_plugins.common.ray_local import restore, start_private
+from mtcore_plugins.common.runtime.ray_local import restore, start_private
 
 INSTALL_HINT = "executor 'ray' needs Ray, which is not installed: pip install 'mtcore[ray]'"
 log = logging.getLogger("mtcore.executors.ray")

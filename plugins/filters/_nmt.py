@@ -1,8 +1,8 @@
 """Trained fairseq models inside filters: the check that an input is a train step's model, and
 a translator loaded once per worker process through the translate step's
-:class:`~mtcore_plugins.common.decoding.Translator` (same checks of the model artifact, same
-model plugins, same SentencePiece handling). Force decoding, log P(y|x), goes through the
-shared :class:`~mtcore_plugins.common.force_decode.ForceDecoder`."""
+:class:`~mtcore_plugins.common.decoding.translator.Translator` (same checks of the model artifact,
+same model plugins, same SentencePiece handling). Force decoding, log P(y|x), goes through the
+shared :class:`~mtcore_plugins.common.decoding.force.ForceDecoder`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def translator(model: Path, spm: Path, src: str, tgt: str, threads: int, **decod
         import torch
 
         from mtcore.api import Artifact, load_registry
-        from mtcore_plugins.common.decoding import DecodeJob, Translator
+        from mtcore_plugins.common.decoding.translator import DecodeJob, Translator
 
         torch.set_num_threads(threads)
         registry = load_registry()

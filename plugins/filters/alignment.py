@@ -106,7 +106,7 @@ class AlignmentConfig(PluginConfig):
 
 def tokenized(texts: Sequence[str], lang: str) -> list[list[str]]:
     """Lowercased segmenter tokens, as eflomal's own ``prepare_files`` lowercases."""
-    from mtcore_plugins.common.tokens import tokens
+    from mtcore_plugins.common.text.tokens import tokens
 
     return [[t.lower() for t in tokens(text, lang)] for text in texts]
 

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import Filter, Pair, PluginConfig
-from mtcore_plugins.common.keys import block_keys, pair_keys
+from mtcore_plugins.common.text.keys import block_keys, pair_keys
 
 
 class KeySet:

@@ -9,7 +9,7 @@ means higher quality": the fine-tuning raised the pair's probability. Data rejuv
 docs/selection.md).
 
 Each pair is force-decoded by both models in-process (the shared fairseq force decoder of the
-rerank scorers, ``common/force_decode.py``: batched by length, each distinct source encoded
+rerank scorers, ``common/decoding/force.py``: batched by length, each distinct source encoded
 once, models loaded once per worker), or with ``backend: ctranslate2`` by CTranslate2's
 ``score_batch`` on the converted models (``auto``: where both convert, else fairseq with the
 reason logged; docs/decoding.md). ``|y|`` counts the target's SentencePiece tokens plus
@@ -115,7 +115,7 @@ class DenoiseFilter(Filter[DenoiseConfig]):
         self._check_same_dictionaries()
 
     def _check_same_dictionaries(self) -> None:
-        from mtcore_plugins.common.checkpoints import first_difference
+        from mtcore_plugins.common.fairseq.checkpoints import first_difference
 
         config = self.config
         clean, noisy = self.models[config.clean], self.models[config.noisy]
@@ -139,7 +139,7 @@ class DenoiseFilter(Filter[DenoiseConfig]):
             where = f"filter {self.name!r} ({role})"
             decoder = None
             if config.backend != "fairseq":
-                from mtcore_plugins.common.ct2_force import ct2_force_decoder
+                from mtcore_plugins.common.ct2.force import ct2_force_decoder
 
                 decoder = ct2_force_decoder(
                     members, self.src, self.tgt, self.spm_dir, config, where, config.threads
@@ -147,8 +147,8 @@ class DenoiseFilter(Filter[DenoiseConfig]):
             if decoder is None:
                 import torch
 
-                from mtcore_plugins.common.decoding import load_ensemble
-                from mtcore_plugins.common.force_decode import ForceDecoder
+                from mtcore_plugins.common.decoding.force import ForceDecoder
+                from mtcore_plugins.common.decoding.translator import load_ensemble
 
                 torch.set_num_threads(config.threads)
                 ensemble = load_ensemble(

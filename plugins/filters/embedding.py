@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 from pydantic.config import JsonDict
 
 from mtcore.api import NOT_IDENTITY, Filter, Pair, PluginError
-from mtcore_plugins.common.embeddings import EncoderConfig
+from mtcore_plugins.common.similarity.embeddings import EncoderConfig
 
 NOT_IN_HASH: JsonDict = NOT_IDENTITY
 

@@ -39,8 +39,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.api import Filter, Pair, PluginConfig, PluginError, content_hash, worker_memo
-from mtcore_plugins.common import langcodes
-from mtcore_plugins.common.langcodes import resolve
+from mtcore_plugins.common.text import langcodes
+from mtcore_plugins.common.text.langcodes import resolve
 
 # The labels of the bundled models (tests check these against the models themselves), so that
 # a recipe's language codes are validated without loading a model.

@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import PluginConfig, TextBlock, TextColumn
-from mtcore_plugins.common.tokens import count_tokens, segmenter_lang
+from mtcore_plugins.common.text.tokens import count_tokens, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
 
 Unit = Literal["char", "word", "token"]

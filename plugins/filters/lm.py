@@ -44,7 +44,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from mtcore.api import Artifact, Filter, Pair, PluginConfig, PluginError
-from mtcore_plugins.common.ngram import kenlm_meta, load_model
+from mtcore_plugins.common.lm.ngram import kenlm_meta, load_model
 
 
 def base_lang(lang: str) -> str:
@@ -167,7 +167,7 @@ class LanguageModelFilter(Filter[LanguageModelConfig]):
 
     def log10_perplexities(self, batch: Sequence[Pair]) -> np.ndarray:
         """(pairs, sides) log10 perplexity of each side; NaN where a side has no model."""
-        from mtcore_plugins.common.ngram import lm_line, log10_perplexity
+        from mtcore_plugins.common.lm.ngram import lm_line, log10_perplexity
 
         values = np.full((len(batch), len(self.langs)), np.nan)
         for side in self.sides:

@@ -2,7 +2,7 @@
 MeCab, footnote 3; OpusFilter's ``LongWordFilter`` with ``threshold`` T is ``max_chars: T - 1,
 unit: word``).
 
-Words are counted as :mod:`mtcore_plugins.common.tokens` counts them: MeCab words for
+Words are counted as :mod:`mtcore_plugins.common.text.tokens` counts them: MeCab words for
 Japanese, jieba words for Chinese, whitespace words elsewhere. Split on whitespace, as
 OpusFilter does, a raw Japanese or Chinese sentence is one "word" and every sentence over 40
 characters goes: 41 % of the clean WMT21-23 En-Ja test pairs (``unit: word``), against 0.0 %
@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import PluginConfig, TextBlock, TextColumn
-from mtcore_plugins.common.tokens import longest_token, segmenter_lang
+from mtcore_plugins.common.text.tokens import longest_token, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
 
 

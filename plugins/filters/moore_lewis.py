@@ -1,6 +1,6 @@
 """Moore-Lewis cross-entropy difference (Moore and Lewis 2010), for in-domain data selection.
 
-The score, its settings and the vocabulary rule are :mod:`mtcore_plugins.common.moore_lewis`'s
+The score, its settings and the vocabulary rule are :mod:`mtcore_plugins.common.lm.moore_lewis`'s
 (the ``moore_lewis`` selector scores the same way): ``H_in(s) - H_gen(s)`` per token (log10),
 lower is better. NT5 §3.3 selects "the top 20,000 scored sentences" (``keep: {top_k: 20000}``
 in a clean step, or a score step and a ``select`` step with ``top_k: 20000, direction: lower``).
@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import Field
 
 from mtcore.api import Filter, Pair
-from mtcore_plugins.common.moore_lewis import CrossEntropyConfig, CrossEntropyDifference
+from mtcore_plugins.common.lm.moore_lewis import CrossEntropyConfig, CrossEntropyDifference
 
 
 class MooreLewisConfig(CrossEntropyConfig):

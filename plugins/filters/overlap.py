@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import Corpus, PluginConfig, PluginError, TextBlock
-from mtcore_plugins.common.keys import normalize_text
+from mtcore_plugins.common.text.keys import normalize_text
 from mtcore_plugins.filters._array import ArrayFilter
 
 

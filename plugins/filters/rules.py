@@ -23,7 +23,7 @@ from mtcore.api import (
     line_of_offsets,
     worker_memo,
 )
-from mtcore_plugins.common.tokens import count_tokens, segmenter_lang
+from mtcore_plugins.common.text.tokens import count_tokens, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import PluginConfig, PluginError, TextBlock, TextColumn, worker_memo
-from mtcore_plugins.common import langcodes
+from mtcore_plugins.common.text import langcodes
 from mtcore_plugins.filters._array import ArrayFilter
 
 Script = Literal[

@@ -1,7 +1,8 @@
-"""The COMET family (unbabel-comet, loaded as data by :mod:`~mtcore_plugins.common.comet_models`):
-``comet`` (reference-based; COMET-22 with Unbabel/wmt22-comet-da, the WMT22 ``COMET-A``
-column), ``cometkiwi`` (quality estimation from source and hypothesis: Unbabel/wmt22-cometkiwi-da)
-and ``xcomet`` (Unbabel/XCOMET-XL; with references, or ``reference: false`` for its QE mode).
+"""The COMET family (unbabel-comet, loaded as data by
+:mod:`~mtcore_plugins.common.neural_metrics.comet`): ``comet`` (reference-based; COMET-22 with
+Unbabel/wmt22-comet-da, the WMT22 ``COMET-A`` column), ``cometkiwi`` (quality estimation from source
+and hypothesis: Unbabel/wmt22-cometkiwi-da) and ``xcomet`` (Unbabel/XCOMET-XL; with references, or
+``reference: false`` for its QE mode).
 
 mtcore never downloads a model: ``model`` names the evaluate step's input connected to a
 fetched model, or a local directory (``hparams.yaml`` + ``checkpoints/model.ckpt``, as
@@ -25,7 +26,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import Field
 
 from mtcore.api import DataError, Metric, PluginError, Score
-from mtcore_plugins.common.comet_models import (
+from mtcore_plugins.common.neural_metrics.comet import (
     LICENCES,
     PACKAGE,
     CometModelConfig,
@@ -34,7 +35,7 @@ from mtcore_plugins.common.comet_models import (
     Triple,
     model_files,
 )
-from mtcore_plugins.common.metric_models import over_references
+from mtcore_plugins.common.neural_metrics.models import over_references
 
 
 class CometConfig(CometModelConfig):

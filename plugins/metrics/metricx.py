@@ -7,8 +7,8 @@ and reference) or without it (``metricx_qe``, quality estimation: source and hyp
 are two metrics because whether a metric reads the references is a class fact
 (``needs_reference``) the evaluate step reads. Both read the source. The input strings, the
 truncation and the removal of ``</s>`` are the released ``metricx24/predict.py``'s; the model is
-its ``models.py``'s (:mod:`mtcore_plugins.common.metricx_model`); ``version: 23`` gives
-MetricX-23's input format for a MetricX-23 model.
+its ``models.py``'s (:mod:`mtcore_plugins.common.neural_metrics.metricx_model`); ``version: 23``
+gives MetricX-23's input format for a MetricX-23 model.
 
 ``model`` names the evaluate step's input connected to a ``models`` entry fetched with
 ``metric: metricx`` (its mT5 tokenizer comes with it), or a local directory. The model loads in
@@ -22,11 +22,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mtcore.api import DataError, Metric, PluginError, Score
-from mtcore_plugins.common.metric_models import over_references
-from mtcore_plugins.common.metricx_config import MetricXConfig, describe, format_input
+from mtcore_plugins.common.neural_metrics.metricx_config import (
+    MetricXConfig,
+    describe,
+    format_input,
+)
+from mtcore_plugins.common.neural_metrics.models import over_references
 
 if TYPE_CHECKING:
-    from mtcore_plugins.common.metricx_model import MetricXPredictor
+    from mtcore_plugins.common.neural_metrics.metricx_model import MetricXPredictor
 
 
 class MetricXBase(Metric[MetricXConfig]):
@@ -47,7 +51,7 @@ class MetricXBase(Metric[MetricXConfig]):
 
     def predictor(self) -> MetricXPredictor:
         if self._predictor is None:
-            from mtcore_plugins.common.metricx_model import load_predictor
+            from mtcore_plugins.common.neural_metrics.metricx_model import load_predictor
 
             resources = getattr(self, "resources", {})
             self._predictor = load_predictor(self.config, resources, f"metric {self.name!r}")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
-from mtcore_plugins.common.model_extension import ModelExtension
+from mtcore_plugins.common.fairseq.model_extension import ModelExtension
 
 YISHU_BOTTLENECK = (
     4096  # Yishu §2.2.1: "a language-specific adapter with a dense layer dimension of 4096"

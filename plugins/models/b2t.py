@@ -20,7 +20,7 @@ import torch
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
-from mtcore_plugins.common.model_extension import ModelExtension
+from mtcore_plugins.common.fairseq.model_extension import ModelExtension
 
 
 class B2TExtension(ModelExtension):

@@ -18,7 +18,7 @@ import torch
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
-from mtcore_plugins.common.model_extension import ModelExtension
+from mtcore_plugins.common.fairseq.model_extension import ModelExtension
 
 
 class LayerHistory(nn.Module):

@@ -27,7 +27,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout, LayerNorm, MultiheadAttention
 from torch import Tensor, nn
 
-from mtcore_plugins.common.model_extension import ModelExtension
+from mtcore_plugins.common.fairseq.model_extension import ModelExtension
 
 BRANCH_HEADS = 16  # So et al. Figure 3: the decoder's left attention branch has 16 heads
 

@@ -3,7 +3,7 @@ point of the shared Transformer ``mtcore_transformer`` (a built-in model plugin,
 lives here, in the plugin layer, not in the core, which knows nothing of fairseq).
 
 A family is one :class:`ModelExtension` (its fairseq arguments and hooks: see
-:mod:`mtcore_plugins.common.model_extension`) and an ``mtcore.models`` plugin whose
+:mod:`mtcore_plugins.common.fairseq.model_extension`) and an ``mtcore.models`` plugin whose
 ``register()`` calls :func:`register_architecture` for each named configuration. The train
 step registers the plugins named in its ``models`` in fairseq's process; a model's artifact
 records them, so ``translate``, ``mtcore translate`` and an exported system register them again
@@ -15,7 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mtcore_plugins.common.model_extension import ArgSpec, ModelExtension, register_extension
+from mtcore_plugins.common.fairseq.model_extension import (
+    ArgSpec,
+    ModelExtension,
+    register_extension,
+)
 
 __all__ = ["ArgSpec", "ModelExtension", "register_architecture", "register_extension"]
 

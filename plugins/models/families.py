@@ -1,7 +1,8 @@
 """The ``mtcore.models`` plugins, one per technique family. Each ``register()`` adds the family's
-extension to the shared ``mtcore_transformer`` model (:mod:`~mtcore_plugins.common.model_extension`)
-and puts the model and the family's named presets (or the R-Drop criterion) into fairseq's
-registries; it is idempotent and imports fairseq only when called."""
+extension to the shared ``mtcore_transformer`` model
+(:mod:`~mtcore_plugins.common.fairseq.model_extension`) and puts the model and the family's named
+presets (or the R-Drop criterion) into fairseq's registries; it is idempotent and imports fairseq
+only when called."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from mtcore_plugins.common.model_extension import ModelExtension, first
+from mtcore_plugins.common.fairseq.model_extension import ModelExtension, first
 
 
 def _forward(extensions: Sequence[ModelExtension], side: str) -> Any:

@@ -1,6 +1,6 @@
 """The fairseq model ``mtcore_transformer``: fairseq's Transformer (same parameter names, so a
 plain ``transformer`` checkpoint fine-tunes into it) with an extension point
-(:mod:`~mtcore_plugins.common.model_extension`). It knows no architecture family: B2T
+(:mod:`~mtcore_plugins.common.fairseq.model_extension`). It knows no architecture family: B2T
 (``b2t.py``), relative positions (``rpe.py``), adapters (``adapters.py``), DLCL (``dlcl.py``)
 and Evolved cells (``evolved.py``) are extensions that their ``mtcore.models`` plugins
 register, and a third party's plugin adds one the same way. With no extension active the model
@@ -20,7 +20,7 @@ from fairseq.models.transformer import TransformerDecoderBase, TransformerEncode
 from fairseq.models.transformer.transformer_legacy import TransformerModel, base_architecture
 from torch import Tensor
 
-from mtcore_plugins.common.model_extension import (
+from mtcore_plugins.common.fairseq.model_extension import (
     ModelExtension,
     active_extensions,
     first,

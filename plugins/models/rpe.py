@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
-from mtcore_plugins.common.model_extension import ModelExtension
+from mtcore_plugins.common.fairseq.model_extension import ModelExtension
 
 NT5_MAX_DISTANCE = 16  # NT5 §4.1: "Following Shaw et al. (2018), we set clipping distance k to 16"
 

@@ -179,7 +179,7 @@ def register_extensions(names: list[str]) -> None:
     """Registers the named built-in extensions into ``mtcore_transformer``."""
     from importlib import import_module
 
-    from mtcore_plugins.common.model_extension import register_extension
+    from mtcore_plugins.common.fairseq.model_extension import register_extension
 
     for name in names:
         module, _, cls = EXTENSIONS[name].partition(":")

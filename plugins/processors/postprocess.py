@@ -25,7 +25,7 @@ import regex
 from pydantic import Field
 
 from mtcore.api import PluginConfig, Processor
-from mtcore_plugins.common.truecasing import words
+from mtcore_plugins.common.text.truecasing import words
 
 # The anonymization placeholders of the WMT22/23 general test sets (#PRS_ORG#, #URL#, ...).
 WMT_PLACEHOLDERS = ["PRS_ORG", "URL", "NAME", "NUMBER", "PHONENUMBER", "ADDRESS", "EMAIL"]

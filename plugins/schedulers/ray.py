@@ -40,7 +40,7 @@ from mtcore.api import (
     largest,
     total,
 )
-from mtcore_plugins.common.ray_local import restore, start_private
+from mtcore_plugins.common.runtime.ray_local import restore, start_private
 
 INSTALL_HINT = "scheduler 'ray' needs Ray: pip install 'mtcore[ray]' (or 'ray[default]')"
 SOFT = {"STRICT_SPREAD": "SPREAD", "STRICT_PACK": "PACK", "SPREAD": "SPREAD", "PACK": "PACK"}

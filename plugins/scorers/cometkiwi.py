@@ -2,11 +2,11 @@
 quality-estimation score of each (source, hypothesis), no reference needed, so it ranks the
 n-best of a test set as well as a dev set's.
 
-The model is loaded as data by :mod:`~mtcore_plugins.common.comet_models`: ``model`` names the
-rerank step's input connected to a fetched CometKiwi model, or a local directory
-(``hparams.yaml`` + ``checkpoints/model.ckpt``) with its encoder (``encoder/`` or ``encoder:``).
-An n-best list repeats hypotheses (and always its source): each distinct (source, hypothesis)
-is scored once.
+The model is loaded as data by :mod:`~mtcore_plugins.common.neural_metrics.comet`: ``model`` names
+the rerank step's input connected to a fetched CometKiwi model, or a local directory
+(``hparams.yaml`` + ``checkpoints/model.ckpt``) with its encoder (``encoder/`` or ``encoder:``). An
+n-best list repeats hypotheses (and always its source): each distinct (source, hypothesis) is scored
+once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mtcore.api import Scorer
-from mtcore_plugins.common.comet_models import (
+from mtcore_plugins.common.neural_metrics.comet import (
     LICENCES,
     CometModelConfig,
     CometRunner,

@@ -21,7 +21,7 @@ class LengthConfig(PluginConfig):
 
 
 def length(text: str, lang: str, unit: str) -> int:
-    from mtcore_plugins.common.tokens import tokens
+    from mtcore_plugins.common.text.tokens import tokens
 
     if unit == "char":
         return sum(1 for c in text if not c.isspace())

@@ -12,7 +12,7 @@ model's runs). It needs the ``transformers`` package, which is optional: without
 stops with an error that says how to install it.
 
 ``pretokenize: words`` segments the hypothesis into words first (MeCab for Japanese, jieba for
-Chinese: :mod:`~mtcore_plugins.common.tokens`), joined by spaces, for a model whose card asks
+Chinese: :mod:`~mtcore_plugins.common.text.tokens`), joined by spaces, for a model whose card asks
 for pre-segmented input: NT5's Japanese RoBERTa (nlp-waseda/roberta-large-japanese) was trained
 on Juman++ words; MeCab's IPA words stand in for Juman++, which is not on the package index.
 """
@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mtcore.api import HASHED_WHEN_SET, NOT_IDENTITY, Artifact, PluginConfig, PluginError, Scorer
-from mtcore_plugins.common.tokens import tokens
+from mtcore_plugins.common.text.tokens import tokens
 
 INSTALL = "pip install 'transformers>=4.30'"
 

@@ -4,7 +4,8 @@ reference; google/metricx-24-hybrid-*-v2p6) estimates for each (source, hypothes
 The feature is MetricX's own number, error points in [0, 25]: LOWER IS BETTER. It is not
 negated; the tuner learns its weight, and so its sign, like any feature's. The input is the
 released ``metricx24/predict.py``'s QE input, ``"source: " + source + " candidate: " +
-hypothesis``, tokenized as it tokenizes (see :mod:`mtcore_plugins.common.metricx_config`).
+hypothesis``, tokenized as it tokenizes (see
+:mod:`mtcore_plugins.common.neural_metrics.metricx_config`).
 
 ``model`` names the rerank step's input connected to a ``models`` entry fetched with ``metric:
 metricx``, or a local directory; the model loads in :meth:`setup`, once per process.
@@ -16,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mtcore.api import Scorer
-from mtcore_plugins.common.metricx_config import MetricXConfig, format_input
+from mtcore_plugins.common.neural_metrics.metricx_config import MetricXConfig, format_input
 
 
 class MetricXQEScorer(Scorer[MetricXConfig]):
@@ -26,7 +27,7 @@ class MetricXQEScorer(Scorer[MetricXConfig]):
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         super().setup(src, tgt, resources)
-        from mtcore_plugins.common.metricx_model import load_predictor
+        from mtcore_plugins.common.neural_metrics.metricx_model import load_predictor
 
         self.predictor = load_predictor(self.config, self.resources, f"scorer {self.name!r}")
 

@@ -36,11 +36,11 @@ class NeuralLMScorer(Scorer[NeuralLMConfig]):
     name = "neural_lm"
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
-        from mtcore_plugins.common.fairseq_setup import add_safe_globals, importing_fairseq
+        from mtcore_plugins.common.fairseq.setup import add_safe_globals, importing_fairseq
 
         with importing_fairseq():
             from fairseq import checkpoint_utils
-        from mtcore_plugins.common.spm import load_spm
+        from mtcore_plugins.common.text.spm import load_spm
 
         super().setup(src, tgt, resources)
         config = self.config

@@ -29,7 +29,7 @@ class NgramLMScorer(Scorer[NgramLMConfig]):
     name = "ngram_lm"
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
-        from mtcore_plugins.common.ngram import kenlm_meta, load_model
+        from mtcore_plugins.common.lm.ngram import kenlm_meta, load_model
 
         super().setup(src, tgt, resources)
         config = self.config
@@ -43,7 +43,7 @@ class NgramLMScorer(Scorer[NgramLMConfig]):
         self.model = load_model(Artifact(folder, meta).member(meta["files"][tgt], f"{tgt} model"))
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        from mtcore_plugins.common.ngram import lm_line
+        from mtcore_plugins.common.lm.ngram import lm_line
 
         config = self.config
         out = []

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mtcore.api import Scorer
-from mtcore_plugins.common.embeddings import EncoderConfig
+from mtcore_plugins.common.similarity.embeddings import EncoderConfig
 
 
 class SimilarityConfig(EncoderConfig):

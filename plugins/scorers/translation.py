@@ -75,8 +75,8 @@ class TranslationScorer(Scorer[TranslationScorerConfig]):
     backward = False
 
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
-        from mtcore_plugins.common.decoding import MODEL_ROLES, load_ensemble
-        from mtcore_plugins.common.force_decode import ForceDecoder
+        from mtcore_plugins.common.decoding.force import ForceDecoder
+        from mtcore_plugins.common.decoding.translator import MODEL_ROLES, load_ensemble
 
         super().setup(src, tgt, resources)
         config = self.config
@@ -97,8 +97,8 @@ class TranslationScorer(Scorer[TranslationScorerConfig]):
             self.decoder = self._pretrained(members, reads, writes)
             return
         if config.backend != "fairseq":
-            from mtcore_plugins.common.ct2_force import ct2_force_decoder
-            from mtcore_plugins.common.decoding import check_members
+            from mtcore_plugins.common.ct2.force import ct2_force_decoder
+            from mtcore_plugins.common.decoding.translator import check_members
 
             where = f"scorer {self.name!r}"
             direction = check_members(reads, writes, weights, where, members)
@@ -117,8 +117,8 @@ class TranslationScorer(Scorer[TranslationScorerConfig]):
     def _pretrained(self, members: dict[str, Artifact], reads: str, writes: str) -> Any:
         """A pretrained model of the recipe's ``models`` (OPUS-MT, M2M-100, NLLB, mBART-50):
         scored alone by CTranslate2 with its own tokenizer, whatever ``backend`` says."""
-        from mtcore_plugins.common.ct2_force import Ct2ForceDecoder
-        from mtcore_plugins.common.pretrained import (
+        from mtcore_plugins.common.ct2.force import Ct2ForceDecoder
+        from mtcore_plugins.common.hub.pretrained import (
             PretrainedTokens,
             check_pretrained,
             converted_pretrained,
@@ -144,7 +144,7 @@ class TranslationScorer(Scorer[TranslationScorerConfig]):
             )
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        from mtcore_plugins.common.force_decode import normalize
+        from mtcore_plugins.common.decoding.force import normalize
 
         if not pairs:
             return []

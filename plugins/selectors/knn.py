@@ -4,8 +4,8 @@
 The candidates are the pool pairs among the ``k`` nearest (cosine) of some sentence of the
 domain set, connected under the role ``domain`` names; a candidate's score is its highest
 cosine with a domain sentence, so ``top_k: 4000`` keeps NT5's 4,000 closest. The search is the
-``knn_select`` step's (:mod:`mtcore_plugins.common.knn`): exact, sharded over the executor,
-NumPy or faiss, ties to the earlier pair.
+``knn_select`` step's (:mod:`mtcore_plugins.common.similarity.knn`): exact, sharded over the
+executor, NumPy or faiss, ties to the earlier pair.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import Corpus, Selector, StepContext
-from mtcore_plugins.common.knn import KnnConfig, best_cosines, domain_queries, search
+from mtcore_plugins.common.similarity.knn import KnnConfig, best_cosines, domain_queries, search
 
 
 class KnnSelectorConfig(KnnConfig):

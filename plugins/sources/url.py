@@ -15,7 +15,7 @@ Without ``sha256`` nothing guards against the server changing the file between t
 attempts; the actual hash is logged so it can be pinned.
 
 With ``$MTCORE_MIRROR`` set, every address is fetched from that mirror instead
-(:mod:`mtcore_plugins.common.mirror`: an internal copy of the real files, pins final; the dress
+(:mod:`mtcore_plugins.common.hub.mirror`: an internal copy of the real files, pins final; the dress
 rehearsal's replicas only with ``$MTCORE_MIRROR_REPLICAS=1``).
 """
 
@@ -39,9 +39,9 @@ from mtcore.api import (
     Source,
     cache_home,
 )
-from mtcore_plugins.common.download import Downloader, FileSpec
-from mtcore_plugins.common.lockfile import active_lock
-from mtcore_plugins.common.mirror import (
+from mtcore_plugins.common.hub.download import Downloader, FileSpec
+from mtcore_plugins.common.hub.lockfile import active_lock
+from mtcore_plugins.common.hub.mirror import (
     mirror_address,
     mirror_base,
     replica_hashes,
@@ -205,7 +205,7 @@ class UrlSource(Source):
         """``specs`` as downloaded: through ``$MTCORE_MIRROR`` when it is set, each checked
         against its pinned hash; a replica against the hash the mirror gives for it only when
         the user accepts replicas (``$MTCORE_MIRROR_REPLICAS=1``,
-        :mod:`mtcore_plugins.common.mirror`)."""
+        :mod:`mtcore_plugins.common.hub.mirror`)."""
         base = mirror_base()
         if base is None:
             return self.specs()

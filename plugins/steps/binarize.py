@@ -57,16 +57,16 @@ from mtcore.api import (
     run_logged,
     write_artifact_meta,
 )
-from mtcore_plugins.common.pretrained import ARTIFACT_TYPE as PRETRAINED, load_tokenizer
-from mtcore_plugins.common.pretrained_init import (
+from mtcore_plugins.common.hub.pretrained import ARTIFACT_TYPE as PRETRAINED, load_tokenizer
+from mtcore_plugins.common.text.spm import load_spm
+from mtcore_plugins.common.text.tags import TOKEN_PATTERN
+from mtcore_plugins.steps._pretrained_init import (
     LanguageTokens,
     borrow_rare_rows,
     copy_tokenizer,
     language_tokens,
     write_dictionary,
 )
-from mtcore_plugins.common.spm import load_spm
-from mtcore_plugins.common.tags import TOKEN_PATTERN
 
 SPLITS = ("train", "valid")
 ROLES = {"train": True, "valid": True, "spm": True, "dictionary": False, "cycled": False}
@@ -180,7 +180,7 @@ class BinarizeStep(Step[BinarizeConfig]):
     ``spm`` may be a pretrained M2M-100 or NLLB model (``models:``) that a train step will
     continue: its SentencePiece model segments the text, each source starts with the source
     language's token and each target with the target's (fairseq's multilingual task as text),
-    and the dictionary is the model's own, fixed (:mod:`~mtcore_plugins.common.pretrained_init`)."""
+    and the dictionary is the model's own, fixed (:mod:`~mtcore_plugins.steps._pretrained_init`)."""
 
     name = "binarize"
     inputs: ClassVar[dict[str, bool]] = {

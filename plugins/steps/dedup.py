@@ -26,9 +26,9 @@ from mtcore.api import (
     Step,
     StepContext,
 )
-from mtcore_plugins.common.buckets import BucketedConfig, appended_shards, scatter
-from mtcore_plugins.common.keys import block_keys
-from mtcore_plugins.common.scores import scores_input, write_kept, write_scores
+from mtcore_plugins.common.text.keys import block_keys
+from mtcore_plugins.steps._buckets import BucketedConfig, appended_shards, scatter
+from mtcore_plugins.steps._scores import scores_input, write_kept, write_scores
 
 
 class DedupStepConfig(BucketedConfig):

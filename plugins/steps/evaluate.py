@@ -30,8 +30,8 @@ from mtcore.api import (
     components,
     write_artifact_meta,
 )
-from mtcore_plugins.common.copies import copy_report
-from mtcore_plugins.common.isolated import in_worker, run_in_worker
+from mtcore_plugins.common.runtime.isolated import in_worker, run_in_worker
+from mtcore_plugins.steps._copies import copy_report
 
 
 class EvaluateConfig(PluginConfig):

@@ -6,8 +6,9 @@ through the same downloader as the ``url`` source: resumed from a ``.part`` file
 checked against ``sha256`` pins, recorded in the recipe's lock file on first download, and read
 from ``$MTCORE_MIRROR`` when it is set (a cluster without internet, the offline rehearsal). Pin
 ``revision`` to a commit: a branch such as ``main`` moves, and the lock file then stops the run
-when a file changes. What is fetched is checked as data (:mod:`~mtcore_plugins.common
-.pretrained`): no ``auto_map``, transformers' own tokenizer classes, safetensors weights.
+when a file changes. What is fetched is checked as data
+(:mod:`~mtcore_plugins.common.hub.pretrained`): no ``auto_map``, transformers' own tokenizer
+classes, safetensors weights.
 """
 
 from __future__ import annotations
@@ -33,16 +34,15 @@ from mtcore.api import (
     content_hash,
     write_artifact_meta,
 )
-from mtcore_plugins.common import metric_models
-from mtcore_plugins.common.download import Downloader, FileSpec
-from mtcore_plugins.common.lockfile import active_lock
-from mtcore_plugins.common.mirror import (
+from mtcore_plugins.common.hub.download import Downloader, FileSpec
+from mtcore_plugins.common.hub.lockfile import active_lock
+from mtcore_plugins.common.hub.mirror import (
     mirror_address,
     mirror_base,
     replica_hashes,
     replicas_allowed,
 )
-from mtcore_plugins.common.pretrained import (
+from mtcore_plugins.common.hub.pretrained import (
     ARTIFACT_TYPE,
     PICKLED_WEIGHTS,
     WEIGHTS,
@@ -53,6 +53,7 @@ from mtcore_plugins.common.pretrained import (
     task_of,
     tokenizer_class,
 )
+from mtcore_plugins.common.neural_metrics import models as metric_models
 
 HUB = "https://huggingface.co"
 SMALL = 16 << 20  # the largest JSON file read (config, tokenizer config)
@@ -88,8 +89,9 @@ class FetchModelConfig(PluginConfig):
     )
     metric: Literal["comet", "metricx"] | None = Field(
         None,
-        description="the model is a metric's (plugins/common/metric_models.py): comet (a COMET "
-        "repository: hparams.yaml, checkpoints/model.ckpt) or metricx (an mT5 MetricX model)",
+        description="the model is a metric's (plugins/common/neural_metrics/models.py): comet "
+        "(a COMET repository: hparams.yaml, checkpoints/model.ckpt) or metricx (an mT5 MetricX "
+        "model)",
     )
     encoder: str | None = Field(
         None,

@@ -39,7 +39,7 @@ from mtcore.api import (
     run_logged,
     write_artifact_meta,
 )
-from mtcore_plugins.common.ngram import TOKENIZATION, lm_line, log10_perplexity
+from mtcore_plugins.common.lm.ngram import TOKENIZATION, lm_line, log10_perplexity
 
 BUILD_HINT = "build them with `bash scripts/build_kenlm.sh .venv`"
 MAX_ORDER = 6  # scripts/build_kenlm.sh compiles KenLM with KENLM_MAX_ORDER=6

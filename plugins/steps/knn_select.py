@@ -6,10 +6,10 @@ column) has the highest cosine similarity with it; the output is the union of th
 each once, in corpus order. ``max_pairs`` caps the union: its pairs with the highest best
 cosine are kept (ties to the earlier pair), which is how a recipe asks for NT5's 4,000.
 
-The search is the ``knn`` selector's (:mod:`mtcore_plugins.common.knn`: exact, sharded over the
-executor, NumPy or faiss) and the cap is the core's selection budget (``Budget(top_k=...)``);
-this step adds the ``neighbours`` table. The ``selection`` step with ``selector: {name: knn}``
-and ``top_k`` selects the same pairs.
+The search is the ``knn`` selector's (:mod:`mtcore_plugins.common.similarity.knn`: exact, sharded
+over the executor, NumPy or faiss) and the cap is the core's selection budget
+(``Budget(top_k=...)``); this step adds the ``neighbours`` table. The ``selection`` step with
+``selector: {name: knn}`` and ``top_k`` selects the same pairs.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import Field
 
 from mtcore.api import BlockReader, Budget, Corpus, CorpusWriter, Step, StepContext
-from mtcore_plugins.common.knn import (
+from mtcore_plugins.common.similarity.knn import (
     KnnConfig,
     TopK,
     best_cosines,

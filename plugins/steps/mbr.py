@@ -75,8 +75,8 @@ from mtcore.api import (
     worker_forget,
     worker_memo,
 )
-from mtcore_plugins.common.nbest import Entry, NBestWriter, open_nbest, read_nbest
-from mtcore_plugins.common.translate_config import worker_threads
+from mtcore_plugins.steps._nbest import Entry, NBestWriter, open_nbest, read_nbest
+from mtcore_plugins.steps._translate_config import worker_threads
 
 OWN_INPUTS = ("nbest", "pseudo_refs")
 

@@ -33,7 +33,7 @@ from mtcore.api import (
     StepContext,
     StepError,
 )
-from mtcore_plugins.common.sampling import role_rng, round_half_up
+from mtcore_plugins.steps._sampling import role_rng, round_half_up
 
 SHARD = 100_000
 MAX_WEIGHT = 1000.0

@@ -1,4 +1,4 @@
-"""Near-duplicate removal: MinHash-LSH over normalized text (:mod:`mtcore_plugins.common.minhash`),
+"""Near-duplicate removal: MinHash-LSH over normalized text (:mod:`mtcore_plugins.steps._minhash`),
 on one side or the whole pair, keeping the best-scored member of each cluster when a score
 table is given (as Mozilla's pipeline keeps the pair with the best Bicleaner score) and the
 first otherwise. A candidate pair of the LSH joins a cluster only when its estimated Jaccard
@@ -29,9 +29,9 @@ from mtcore.api import (
     Step,
     StepContext,
 )
-from mtcore_plugins.common import minhash
-from mtcore_plugins.common.buckets import BucketedConfig, appended_shards
-from mtcore_plugins.common.scores import scores_input, write_kept, write_scores
+from mtcore_plugins.steps import _minhash
+from mtcore_plugins.steps._buckets import BucketedConfig, appended_shards
+from mtcore_plugins.steps._scores import scores_input, write_kept, write_scores
 
 SIGNATURES = "signatures.u16"
 
@@ -66,7 +66,7 @@ def _shard_hashes(task: tuple[Any, tuple[str, ...], str, int, np.ndarray, np.nda
         texts = [p[-1] for p in pairs]
     else:
         texts = ["\t".join(p) for p in pairs]
-    return minhash.signatures(texts, ngram, a, b, bands, rows)
+    return _minhash.signatures(texts, ngram, a, b, bands, rows)
 
 
 class NearDedupStep(Step[NearDedupConfig]):
@@ -88,11 +88,11 @@ class NearDedupStep(Step[NearDedupConfig]):
         corpus = Corpus.open(ctx.inputs["corpus"].path)
         total = corpus.count()
         header, table, scores = scores_input(ctx, config.column, total)
-        a, b = minhash.hash_params(config.bands * config.rows, config.seed)
+        a, b = _minhash.hash_params(config.bands * config.rows, config.seed)
         folder = ctx.scratch("buckets")
-        names = [minhash.Buckets.name(i) for i in range(config.buckets)]
+        names = [_minhash.Buckets.name(i) for i in range(config.buckets)]
         log = AppendLog(folder, [*names, SIGNATURES], layout=f"shard_size={config.shard_size}")
-        buckets = minhash.Buckets(folder, config.buckets, [log[n] for n in names])
+        buckets = _minhash.Buckets(folder, config.buckets, [log[n] for n in names])
         try:
             for start, (hashes, short) in appended_shards(
                 ctx,
@@ -118,10 +118,10 @@ class NearDedupStep(Step[NearDedupConfig]):
             log.close()
         sig_path = folder / SIGNATURES
         counts = dict.fromkeys(("candidate_pairs", "checked", "below"), 0)
-        clusters = minhash.UnionFind(total)
+        clusters = _minhash.UnionFind(total)
         floor = config.min_similarity
         width = sig_path.stat().st_size // (2 * total) if total else 0
-        signatures = minhash.SignatureFile(sig_path, width)
+        signatures = _minhash.SignatureFile(sig_path, width)
         with ctx.progress(config.buckets, "clusters") as bar:
             for first, other in buckets.edges(bar.update):
                 counts["candidate_pairs"] += len(first)
@@ -130,13 +130,13 @@ class NearDedupStep(Step[NearDedupConfig]):
                     # bands with its original, and the first band joined them
                     open_ = clusters.roots(first) != clusters.roots(other)
                     first, other = first[open_], other[open_]
-                    similar = minhash.similarity(signatures, first, other) >= floor
+                    similar = _minhash.similarity(signatures, first, other) >= floor
                     counts["checked"] += len(first)
                     counts["below"] += int((~similar).sum())
                     first, other = first[similar], other[similar]
                 clusters.join(first, other)
         roots = clusters.result()
-        keep = minhash.keep_one(roots, scores, config.direction == "higher")
+        keep = _minhash.keep_one(roots, scores, config.direction == "higher")
         with ctx.progress(total, "write") as bar:
             write_kept(ctx.output("corpus"), corpus, keep, bar.update)
         if table is not None and header is not None:
@@ -151,7 +151,7 @@ class NearDedupStep(Step[NearDedupConfig]):
         _, sizes = np.unique(members, return_counts=True)
         ctx.metrics["clusters_with_duplicates"] = len(sizes)
         ctx.metrics["largest_cluster"] = int(sizes.max()) + 1 if len(sizes) else min(total, 1)
-        ctx.metrics["threshold"] = round(minhash.threshold(config.bands, config.rows), 3)
+        ctx.metrics["threshold"] = round(_minhash.threshold(config.bands, config.rows), 3)
         ctx.stats.add("candidate_pairs", counts["candidate_pairs"])
         if config.min_similarity is not None:
             ctx.stats.add("candidate_pairs_checked", counts["checked"])

@@ -43,9 +43,9 @@ from mtcore.api import (
     field_specs,
     write_artifact_meta,
 )
-from mtcore_plugins.common.features import STEP_KEYS, add_features
-from mtcore_plugins.common.nbest import Entry, NBestWriter, open_nbest
-from mtcore_plugins.common.translate_config import worker_threads
+from mtcore_plugins.steps._features import STEP_KEYS, add_features
+from mtcore_plugins.steps._nbest import Entry, NBestWriter, open_nbest
+from mtcore_plugins.steps._translate_config import worker_threads
 
 OWN_INPUTS = ("nbest", "dev_nbest", "dev_ref")
 

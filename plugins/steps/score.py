@@ -21,7 +21,7 @@ from mtcore.api import (
     score_corpus,
     write_artifact_meta,
 )
-from mtcore_plugins.common.scores import SCORES_FILE
+from mtcore_plugins.steps._scores import SCORES_FILE
 
 
 class ScoreConfig(PluginConfig):

@@ -29,7 +29,7 @@ from mtcore.api import (
     Step,
     StepContext,
 )
-from mtcore_plugins.common.scores import SCORES_FILE, read_scores, write_kept, write_scores
+from mtcore_plugins.steps._scores import SCORES_FILE, read_scores, write_kept, write_scores
 
 BUDGET_FIELDS = ("threshold", "top_k", "top_fraction", "percentile")
 

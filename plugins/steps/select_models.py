@@ -4,14 +4,14 @@ development dataset from all the available baseline systems of each direction fo
 ensembling").
 
 Each candidate translates the source column of ``dev`` alone, with the translate step's own
-beam search (:class:`~mtcore_plugins.common.decoding.Translator`), and is scored against the
-target column with a metric plugin, as the evaluate step scores. The chosen models are the
-outputs ``model``, ``model2``, ... best first: each is the candidate's artifact as it is (its
-files linked, not copied), so a translate step, a rerank feature or ``mtcore export`` reads it
-like any trained model. ``ranking`` holds every candidate's score. Ties go to the earlier input,
-so the choice is deterministic; a single candidate is chosen without decoding. A candidate's
-score is kept in the step's scratch as soon as it is known: a killed run resumes with the
-candidates not yet scored.
+beam search (:class:`~mtcore_plugins.common.decoding.translator.Translator`), and is scored against
+the target column with a metric plugin, as the evaluate step scores. The chosen models are the
+outputs ``model``, ``model2``, ... best first: each is the candidate's artifact as it is (its files
+linked, not copied), so a translate step, a rerank feature or ``mtcore export`` reads it like any
+trained model. ``ranking`` holds every candidate's score. Ties go to the earlier input, so the
+choice is deterministic; a single candidate is chosen without decoding. A candidate's score is kept
+in the step's scratch as soon as it is known: a killed run resumes with the candidates not yet
+scored.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from mtcore.api import (
     same_file,
     write_artifact_meta,
 )
-from mtcore_plugins.common.decoding import MODEL_ROLES, DecodeJob, check_model
+from mtcore_plugins.common.decoding.translator import MODEL_ROLES, DecodeJob, check_model
 
 CANDIDATE_ROLES = ("model", *(f"model{i}" for i in range(2, 17)))
 RANKING_FILE = "ranking.json"
@@ -195,8 +195,8 @@ def translate_dev(
     beam search."""
     import torch
 
-    from mtcore_plugins.common.decoding import Translator
-    from mtcore_plugins.common.translate_config import TranslateConfig
+    from mtcore_plugins.common.decoding.translator import Translator
+    from mtcore_plugins.steps._translate_config import TranslateConfig
 
     settings = config.model_dump(
         include={

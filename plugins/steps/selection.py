@@ -35,7 +35,7 @@ from mtcore.api import (
     components,
     select_pool,
 )
-from mtcore_plugins.common.scores import write_kept, write_scores
+from mtcore_plugins.steps._scores import write_kept, write_scores
 
 
 class SelectionConfig(Budget):

@@ -31,7 +31,7 @@ from mtcore.api import (
     die_with_parent,
     write_artifact_meta,
 )
-from mtcore_plugins.common.sampling import role_rng, round_half_up
+from mtcore_plugins.steps._sampling import role_rng, round_half_up
 
 
 class SentencePieceConfig(PluginConfig):

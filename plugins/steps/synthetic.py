@@ -32,7 +32,7 @@ from mtcore.api import (
     StepContext,
     encode_lines,
 )
-from mtcore_plugins.common.tags import TOKEN_PATTERN, prepend
+from mtcore_plugins.common.text.tags import TOKEN_PATTERN, prepend
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 SHARD = 20_000

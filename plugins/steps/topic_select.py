@@ -2,11 +2,11 @@
 or rare words with the test-set source, for in-domain fine-tuning.
 
 The terms, their document frequencies and each pair's shared TF-IDF weight are the ``topic``
-selector's (:mod:`mtcore_plugins.common.topic`, where the reading of the paper is written out);
-``top_k``/``top_fraction`` keep the best related pairs by score through the core's selection
-budget. Outputs the selected pairs, a score table aligned with the input (columns
-``topic.score`` and ``topic.terms``) for ``select`` and reports, and the topic terms with their
-document frequencies.
+selector's (:mod:`mtcore_plugins.common.similarity.topic`, where the reading of the paper is written
+out); ``top_k``/``top_fraction`` keep the best related pairs by score through the core's selection
+budget. Outputs the selected pairs, a score table aligned with the input (columns ``topic.score``
+and ``topic.terms``) for ``select`` and reports, and the topic terms with their document
+frequencies.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mtcore.api import BlockReader, Budget, Corpus, CorpusWriter, Step, StepContext
-from mtcore_plugins.common.scores import write_scores
-from mtcore_plugins.common.topic import TopicConfig, fit_terms, score_pairs
+from mtcore_plugins.common.similarity.topic import TopicConfig, fit_terms, score_pairs
+from mtcore_plugins.steps._scores import write_scores
 
 
 class TopicSelectConfig(TopicConfig):

@@ -3,7 +3,7 @@
 Beyond a plain training: fine-tuning or vocabulary-mapped initialisation from another train
 step's model (input ``init``), early stopping on dev loss or BLEU, averaging the last or the
 best N checkpoints, right-to-left models, Adafactor, fp16/bf16 on GPU and several processes
-through torchrun (settings in :mod:`mtcore_plugins.common.train_config`).
+through torchrun (settings in :mod:`mtcore_plugins.steps._train_config`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from mtcore.api import (
     thread_count,
     write_artifact_meta,
 )
-from mtcore_plugins.common.checkpoints import (
+from mtcore_plugins.common.fairseq.checkpoints import (
     average_checkpoints,
     best_entries,
     checkpoint_updates,
@@ -38,15 +38,15 @@ from mtcore_plugins.common.checkpoints import (
     select_best,
     select_checkpoints,
 )
-from mtcore_plugins.common.pretrained import ARTIFACT_TYPE as PRETRAINED
-from mtcore_plugins.common.pretrained_init import (
+from mtcore_plugins.common.hub.pretrained import ARTIFACT_TYPE as PRETRAINED
+from mtcore_plugins.steps._pretrained_init import (
     TOKENIZER_DIR,
     arch_args,
     check_continuable,
     fairseq_checkpoint,
 )
-from mtcore_plugins.common.train_config import TrainConfig
-from mtcore_plugins.common.train_log import (
+from mtcore_plugins.steps._train_config import TrainConfig
+from mtcore_plugins.steps._train_log import (
     LOADED,
     live_line,
     parse_curves,
@@ -55,7 +55,7 @@ from mtcore_plugins.common.train_log import (
     training_done,
 )
 
-ENTRY = "mtcore_plugins.common.fairseq_entry"
+ENTRY = "mtcore_plugins.steps._fairseq_entry"
 __all__ = ["LOADED", "TrainConfig", "TrainStep", "parse_train_log", "repair_last_checkpoint"]
 
 
@@ -69,7 +69,7 @@ class TrainStep(Step[TrainConfig]):
     (HW-TSC §3.3/§5.3), with data binarized by its tokenizer (``binarize`` with the model as
     ``spm``): its weights become a fairseq ``transformer`` of the model's shape (``arch:
     transformer``), and the trained model keeps the tokenizer and language tokens its decoders
-    need (:mod:`~mtcore_plugins.common.pretrained_init`)."""
+    need (:mod:`~mtcore_plugins.steps._pretrained_init`)."""
 
     name = "train"
     inputs: ClassVar[dict[str, bool]] = {"data": True, "init": False}
@@ -428,7 +428,7 @@ class TrainStep(Step[TrainConfig]):
                         "init_vocab: map to start a new vocabulary from the init model's rows"
                     )
             return checkpoint
-        from mtcore_plugins.common.vocab_map import remap_checkpoint
+        from mtcore_plugins.steps._vocab_map import remap_checkpoint
 
         mapped = ctx.scratch("init") / "mapped.pt"
         maps = remap_checkpoint(checkpoint, (old[0], old[1]), (new[0], new[1]), mapped)

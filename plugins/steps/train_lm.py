@@ -30,8 +30,8 @@ from mtcore.api import (
     run_logged,
     write_artifact_meta,
 )
-from mtcore_plugins.common.spm import load_spm
-from mtcore_plugins.common.train_log import (
+from mtcore_plugins.common.text.spm import load_spm
+from mtcore_plugins.steps._train_log import (
     live_line,
     parse_curves,
     parse_train_log,
@@ -39,7 +39,7 @@ from mtcore_plugins.common.train_log import (
     training_done,
 )
 
-ENTRY = "mtcore_plugins.common.lm_entry"
+ENTRY = "mtcore_plugins.steps._lm_entry"
 
 
 BINARIZED = ".binarized"  # marks the scratch data complete (fairseq-preprocess wrote every file)
@@ -183,8 +183,8 @@ class TrainLMStep(Step[TrainLMConfig]):
     def _finalize(last: Path, output: Path) -> None:
         import torch
 
-        from mtcore_plugins.common.checkpoints import save_for_inference
-        from mtcore_plugins.common.fairseq_setup import add_safe_globals
+        from mtcore_plugins.common.fairseq.checkpoints import save_for_inference
+        from mtcore_plugins.common.fairseq.setup import add_safe_globals
 
         if output.exists():
             return

@@ -8,11 +8,12 @@ The corpus is cut into shards of ``chunk_lines`` lines translated on the executo
 resumes without translating finished shards again.
 
 ``backend`` picks the decoder: fairseq (the default), or CTranslate2 on the checkpoint
-converted once (``ct2_convert``), with ``compute_type`` such as int8; ``auto`` falls back to
-fairseq, saying why, for what does not convert (ensembles, B2T, DLCL, adapters, Evolved).
+converted once (:mod:`~mtcore_plugins.common.ct2.convert`), with ``compute_type`` such as int8;
+``auto`` falls back to fairseq, saying why, for what does not convert (ensembles, B2T, DLCL,
+adapters, Evolved).
 
 The ``model`` may also be a pretrained model of the recipe's ``models`` section (an OPUS-MT,
-M2M-100 or NLLB teacher, :mod:`~mtcore_plugins.common.pretrained`): it decodes with CTranslate2
+M2M-100 or NLLB teacher, :mod:`~mtcore_plugins.common.hub.pretrained`): it decodes with CTranslate2
 whatever ``backend`` says, with its own tokenizer (no ``spm`` input) and, for a multilingual
 model, the target language's token as the prefix.
 """
@@ -38,8 +39,7 @@ from mtcore.api import (
     worker_forget,
     worker_memo,
 )
-from mtcore_plugins.common.ct2_decoding import Ct2Translator
-from mtcore_plugins.common.decoding import (
+from mtcore_plugins.common.decoding.translator import (
     MODEL_ROLES,
     DecodeJob,
     Hyp,
@@ -47,15 +47,16 @@ from mtcore_plugins.common.decoding import (
     check_members,
     weigh_models,
 )
-from mtcore_plugins.common.nbest import NBestWriter
-from mtcore_plugins.common.pretrained import (
+from mtcore_plugins.common.hub.pretrained import (
     ARTIFACT_TYPE,
     PretrainedTokens,
     check_pretrained,
     converted_pretrained,
 )
-from mtcore_plugins.common.pretrained_init import LanguageTokens
-from mtcore_plugins.common.translate_config import TranslateConfig, worker_threads
+from mtcore_plugins.steps._ct2_decoding import Ct2Translator
+from mtcore_plugins.steps._nbest import NBestWriter
+from mtcore_plugins.steps._pretrained_init import LanguageTokens
+from mtcore_plugins.steps._translate_config import TranslateConfig, worker_threads
 
 __all__ = ["MODEL_ROLES", "TranslateConfig", "TranslateStep", "Translator", "check_members"]
 __all__ += ["weigh_models"]
@@ -91,8 +92,8 @@ class TranslateStep(Step[TranslateConfig]):
     def export_model(
         self, inputs: dict[str, Artifact], fmt: str, out: Path, quantization: str, registry: Any
     ) -> ModelExport:
-        """The model as a CTranslate2 directory (:mod:`~mtcore_plugins.common.ct2_export`) or
-        a transformers one (:mod:`~mtcore_plugins.common.hf_export`)."""
+        """The model as a CTranslate2 directory (:mod:`~mtcore_plugins.steps._ct2_export`) or
+        a transformers one (:mod:`~mtcore_plugins.steps._hf_export`)."""
         if fmt not in self.export_formats:
             raise DataError(f"translate exports {', '.join(self.export_formats)}, not {fmt!r}")
         members = {r: a for r, a in inputs.items() if r in MODEL_ROLES}
@@ -102,10 +103,10 @@ class TranslateStep(Step[TranslateConfig]):
             c = self.config
             check_members(c.src, c.tgt, c.weights, "export", members, fmt == "ctranslate2")
         if fmt == "huggingface":
-            from mtcore_plugins.common.hf_export import export_huggingface
+            from mtcore_plugins.steps._hf_export import export_huggingface
 
             return export_huggingface(self.config, "export", inputs, out, quantization, registry)
-        from mtcore_plugins.common.ct2_export import export_ctranslate2
+        from mtcore_plugins.steps._ct2_export import export_ctranslate2
 
         return export_ctranslate2(self.config, "export", inputs, out, quantization, registry)
 
@@ -216,7 +217,7 @@ def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepCo
     "" for fairseq: per ``backend``, with the reason logged when auto falls back."""
     if config.backend == "fairseq":
         return ""
-    from mtcore_plugins.common.ct2_decoding import obstacles
+    from mtcore_plugins.steps._ct2_decoding import obstacles
 
     reasons = obstacles(config, members, ctx.registry)
     if reasons:
@@ -226,7 +227,7 @@ def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepCo
         ctx.log.warning("%s: backend auto decodes with fairseq: %s", ctx.step_id, why)
         ctx.metrics["backend"] = "fairseq"
         return ""
-    from mtcore_plugins.common.ct2_convert import converted
+    from mtcore_plugins.common.ct2.convert import converted
 
     path = converted(members["model"], config.src, config.tgt, config.models, ctx.registry)
     ctx.metrics["backend"] = "ctranslate2"
@@ -239,7 +240,7 @@ def pretrained(members: dict[str, Artifact]) -> bool:
 
 def tagged(members: dict[str, Artifact]) -> bool:
     """A fairseq model continued from a pretrained M2M-100/NLLB model: its text carries
-    language tokens (:mod:`~mtcore_plugins.common.pretrained_init`)."""
+    language tokens (:mod:`~mtcore_plugins.steps._pretrained_init`)."""
     return "language_tokens" in members["model"].meta
 
 
@@ -248,8 +249,8 @@ def tagged_model(config: TranslateConfig, members: dict[str, Artifact], ctx: Ste
     CTranslate2's prefix), or "" for fairseq where CTranslate2 cannot run it (an ensemble:
     HW-TSC §5.3's four Liv models) and ``backend`` is not ctranslate2. Every member must
     have been trained with the same language tokens."""
-    from mtcore_plugins.common.ct2_convert import converted
-    from mtcore_plugins.common.ct2_decoding import obstacles
+    from mtcore_plugins.common.ct2.convert import converted
+    from mtcore_plugins.steps._ct2_decoding import obstacles
 
     model = members["model"]
     tokens = model.meta["language_tokens"]

@@ -38,7 +38,7 @@ from mtcore.api import (
     worker_memo,
     write_artifact_meta,
 )
-from mtcore_plugins.common.truecasing import CASELESS, words
+from mtcore_plugins.common.text.truecasing import CASELESS, words
 
 Casing = dict[str, dict[str, int]]
 """lower-cased word -> surface form -> count, forms in order of first occurrence."""

@@ -6,7 +6,7 @@ checkpoints in a fresh process. fairseq imports this package by its directory na
 
 from __future__ import annotations
 
-from mtcore_plugins.common.fairseq_setup import add_safe_globals
+from mtcore_plugins.common.fairseq.setup import add_safe_globals
 from mtcore_plugins.models.presets import register_everything
 
 register_everything()

@@ -1,0 +1,2 @@
+"""Neural metrics' models (COMET, MetricX): the files fetched for them, loading them as data,
+scoring."""

@@ -1,0 +1,1 @@
+"""Processes started for plugins: isolated workers for heavy calls, private local Ray clusters."""

@@ -1,0 +1,2 @@
+"""Sentence similarity for selection and filtering: sentence encoders, nearest-neighbour search,
+test-set topic matching."""

@@ -1,0 +1,2 @@
+"""Text helpers: language codes, word segmentation, tags, truecasing, SentencePiece models,
+deduplication keys."""

@@ -1,0 +1,133 @@
+"""A translate step's model written as a CTranslate2 directory (``mtcore export --format
+ctranslate2``): what CTranslate2's own ``Translator`` loads, quantized at export, with the
+tokenizer files beside it and ``mtcore_export.json`` saying how to use them.
+
+A fairseq model trained by a recipe is converted by :mod:`~mtcore_plugins.common.ct2.convert` (its
+SentencePiece model copied as ``spm.model``; sources are its pieces, without EOS); a pretrained
+Hugging Face model (``models:``) by CTranslate2's Transformers converter (its tokenizer files copied
+as the repository has them). ``decode`` translates with the written model or with the same model
+converted unquantized, with the step's own search, so the export can say what quantization cost
+(CTranslate2 #1273, #847: int8 losses nobody measured).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mtcore.api import Artifact, DataError, ModelExport
+from mtcore_plugins.common.ct2.convert import (
+    LIMITS_FILE,
+    FairseqSpecConverter,
+    converted,
+    limits,
+)
+from mtcore_plugins.common.decoding.translator import MODEL_ROLES, DecodeJob
+from mtcore_plugins.common.hub.pretrained import (
+    ARTIFACT_TYPE,
+    WEIGHTS,
+    PretrainedTokens,
+    converted_pretrained,
+)
+from mtcore_plugins.steps._ct2_decoding import Ct2Translator, obstacles
+
+QUANTIZATIONS = (
+    "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+    "bfloat16",
+)  # fmt: skip
+"""CTranslate2's quantization types (``ct2-*-converter --quantization``)."""
+
+
+def export_ctranslate2(
+    config: Any, step_id: str, inputs: dict[str, Artifact], out: Path, quantization: str,
+    registry: Any,
+) -> ModelExport:  # fmt: skip
+    """Writes the model of a translate step's ``inputs`` into the new directory ``out``."""
+    import json
+
+    import ctranslate2
+
+    if quantization not in QUANTIZATIONS:
+        raise DataError(f"quantization {quantization!r} (valid: {', '.join(QUANTIZATIONS)})")
+    members = {r: a for r, a in inputs.items() if r in MODEL_ROLES}
+    model = members["model"]
+    out.mkdir(parents=True, exist_ok=False)
+    tokens: Any = None  # PretrainedTokens, LanguageTokens, or None for the step's spm
+    if model.meta.get("type") == ARTIFACT_TYPE:
+        from ctranslate2.converters import TransformersConverter
+
+        unquantized = converted_pretrained(model)
+        TransformersConverter(str(model.path), trust_remote_code=False).convert(
+            str(out), quantization=quantization, force=True
+        )
+        (out / LIMITS_FILE).write_text((unquantized / LIMITS_FILE).read_text())
+        files = [n for n in model.meta.get("files", {}) if n not in ("config.json", WEIGHTS)]
+        for name in files:
+            shutil.copyfile(model.member(name), out / name)
+        tokens = PretrainedTokens.load(model, config.src, config.tgt, config.src_token,
+                                       config.tgt_token)  # fmt: skip
+        tokenizer = {"kind": "transformers", "class": model.meta.get("tokenizer"),
+                     "files": files, "model": model.meta.get("id")}  # fmt: skip
+    else:
+        reasons = obstacles(config, members, registry)
+        if reasons:
+            raise DataError(f"{step_id}: CTranslate2 cannot run this model: {'; '.join(reasons)}")
+        unquantized = converted(model, config.src, config.tgt, config.models, registry)
+        converter = FairseqSpecConverter(model, config.src, config.tgt, config.models, registry)
+        converter.convert(str(out), quantization=quantization, force=True)
+        (out / LIMITS_FILE).write_text(json.dumps(converter.limits) + "\n")
+        if "language_tokens" in model.meta:  # continued from a pretrained M2M-100/NLLB
+            from mtcore_plugins.steps._pretrained_init import TOKENIZER_DIR, LanguageTokens
+
+            tags = LanguageTokens.load(model.path, model.meta)
+            files = sorted(  # CTranslate2's own config.json stays
+                p.name for p in (model.path / TOKENIZER_DIR).iterdir() if p.name != "config.json"
+            )
+            for name in files:
+                shutil.copyfile(model.path / TOKENIZER_DIR / name, out / name)
+            tokens = tags
+            tokenizer = {"kind": "transformers", "class": type(tags.tokenizer).__name__,
+                         "files": files, "model": (model.meta.get("pretrained") or {}).get("id"),
+                         "source": f"{tags.source} followed by the SentencePiece pieces of "
+                         "the tokenizer's sp_model (no EOS: the model adds it)"}  # fmt: skip
+        else:
+            spm = inputs["spm"]
+            shutil.copyfile(spm.file("model", "spm.model"), out / "spm.model")
+            tokenizer = {"kind": "sentencepiece", "files": ["spm.model"],
+                         "eos": "added by the model: give the pieces alone"}  # fmt: skip
+    job = DecodeJob(step_id, inputs)
+    search = config.model_copy(update={"sampling": False, "nbest": 0})
+
+    def decode(lines: list[str], exported: bool) -> list[str]:
+        # the written model as saved (CTranslate2 runs int8 as int8, float16 on a CPU as
+        # float32 of the float16 weights); the unquantized one in float32
+        chosen = search.model_copy(update={"compute_type": "default" if exported else "float32"})
+        directory = out if exported else unquantized
+        return Ct2Translator(chosen, job, directory, 0, tokens).translate(lines)
+
+    source, target = limits(out)
+    info = {
+        "format": "ctranslate2",
+        "ctranslate2": ctranslate2.__version__,
+        "quantization": quantization,
+        "src": config.src,
+        "tgt": config.tgt,
+        "direction": str(model.meta.get("direction", "l2r")),
+        "tokenizer": tokenizer,
+        "positions": {"source": source, "target": target},
+        "search": search_settings(config, tokens.prefix if tokens is not None else []),
+    }
+    return ModelExport(config.src, config.tgt, info, decode)
+
+
+def search_settings(config: Any, prefix: list[str]) -> dict[str, Any]:
+    """The translate step's search as an export's ``mtcore_export.json`` states it."""
+    return {
+        "beam_size": config.beam,
+        "length_penalty": config.lenpen,
+        "max_len_a": config.max_len_a,
+        "max_len_b": config.max_len_b,
+        "no_repeat_ngram_size": config.no_repeat_ngram_size,
+        "target_prefix": prefix,
+    }
