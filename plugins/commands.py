@@ -33,7 +33,7 @@ def evaluate_command(
     hyp: Path, refs: tuple[Path, ...], lang: str, metrics: tuple[str, ...], tokenize: str | None
 ) -> None:
     """Score a hypothesis file against one or more references, with signatures."""
-    from mtcore.api import build_metrics, check_lengths, evaluate, read_segments
+    from mtcore.api.engine import build_metrics, check_lengths, evaluate, read_segments
 
     hyps = read_segments(hyp)
     references = [read_segments(r) for r in refs]

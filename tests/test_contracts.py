@@ -103,7 +103,8 @@ def test_a_chain_setting_declares_its_specs_once():
     """Issue 49 point 3: the ``components`` mark of a setting (kind, the keys reserved for the
     step, the label key) is also where its chain's specs come from (``field_specs``), for
     the processors of ``normalize``, the features of ``rerank`` and the augmenters alike."""
-    from mtcore.api import PluginError, components, field_specs
+    from mtcore.api import PluginError, components
+    from mtcore.api.engine import field_specs
 
     class Chained(PluginConfig):
         features: list[dict | str] = Field(
@@ -137,7 +138,7 @@ def test_required_methods_are_abstract_and_every_plugin_has_them():
     abstract. An optional ability is a small mixin: a corpus fit is ``CorpusFit``."""
     import inspect
 
-    from mtcore.api import CorpusFit
+    from mtcore.api.engine import CorpusFit
 
     class NoAccept(Filter[_Settings]):
         name = "no_accept"

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mtcore.api import AppendLog
+from mtcore.api.engine import AppendLog
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner
 from mtcore_plugins.steps._scores import read_scores

@@ -3,6 +3,7 @@ contracts of pyproject.toml (import-linter), the layouts of the core and of the 
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -156,18 +157,19 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
 @pytest.mark.parametrize("package", ["mtcore_plugins", "mtcore"])
 def test_modules_import_no_cycle(package):
     """Issue 19 point 3, issue 49 point 5: no two modules of the plugins or of the core import
-    each other, directly or through others. The public API (``mtcore.api``) is left out of the
-    core's graph: it names every module it re-exports, and no core module imports it."""
+    each other, directly or through others. The public API (``mtcore.api`` and
+    ``mtcore.api.engine``) is left out of the core's graph: it names every module it
+    re-exports, and no core module imports it."""
     folder = ROOT / ("plugins" if package == "mtcore_plugins" else "mtcore")
     graph = import_graph(folder, package)
     assert len(graph) > 20
     if package == "mtcore":
-        users = sorted(
-            m for m, found in graph.items() if "mtcore.api" in found and m != "mtcore.api"
-        )
+        api = {m for m in graph if m == "mtcore.api" or m.startswith("mtcore.api.")}
+        assert api == {"mtcore.api", "mtcore.api.engine"}, api
+        users = sorted(m for m, found in graph.items() if found & api and m not in api)
         assert not users, f"core modules import the public API: {users}"
-        graph.pop("mtcore.api")
-        users = sorted(m for m, found in graph.items() if "mtcore.api" in found)
+        for module in api:
+            graph.pop(module)
     found = cycles(graph)
     assert not found, "\n".join(found)
 
@@ -179,14 +181,17 @@ def test_cycle_finder_finds_a_cycle():
 
 
 def test_plugins_import_only_the_public_api():
-    """Issue 49 point 1: the built-in plugins and the example packages import ``mtcore.api``
-    and nothing else of ``mtcore`` (any depth of the file), so the core can move without
-    breaking a plugin package."""
+    """Issue 49 point 1, issue 68 item 2: the built-in plugins import ``mtcore.api`` and its
+    provisional ``mtcore.api.engine``, the example packages (a third party's) ``mtcore.api``
+    alone, and nothing else of ``mtcore`` (any depth of the file), so the core can move
+    without breaking a plugin package."""
     import ast
 
+    allowed = {"plugins": {"mtcore.api", "mtcore.api.engine"}, "examples": {"mtcore.api"}}
     folders = [ROOT / "plugins", *sorted((ROOT / "examples").iterdir())]
     wrong, seen = [], 0
     for folder in folders:
+        modules = allowed[folder.relative_to(ROOT).parts[0]]
         for path in sorted(folder.rglob("*.py")):
             if "build" in path.relative_to(folder).parts:
                 continue
@@ -195,36 +200,46 @@ def test_plugins_import_only_the_public_api():
                 names = []
                 if isinstance(node, ast.ImportFrom) and node.module:
                     names = [node.module]
+                    if any(alias.name == "engine" for alias in node.names):
+                        names.append(f"{node.module}.engine")  # from mtcore.api import engine
                 elif isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
                 for name in names:
-                    if name.split(".")[0] == "mtcore" and name != "mtcore.api":
+                    if name.split(".")[0] == "mtcore" and name not in modules:
                         wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
     assert seen > 100
-    assert not wrong, "use mtcore.api instead:\n" + "\n".join(wrong)
+    assert not wrong, "use " + " or ".join(sorted(modules)) + " instead:\n" + "\n".join(wrong)
 
 
-def test_public_api_names_resolve():
-    """Every name of ``mtcore.api.__all__`` is defined where the API says it is, and an
-    unknown name is an error that points at ``__all__``."""
-    import mtcore.api as api
-
-    assert "Filter" in api.__all__ and "Step" in api.__all__
-    for name in api.__all__:
-        assert getattr(api, name) is not None, name
-    with pytest.raises(AttributeError, match="__all__"):
-        api.NoSuchName  # noqa: B018
-    with pytest.raises(ImportError, match="NoSuchName"):
-        exec("from mtcore.api import NoSuchName", {})
-
-
-def test_public_api_lists_agree():
-    """``mtcore.api`` keeps each public name's module in a literal ``_WHERE`` (read at run time,
-    no parsing of its own source) and re-exports the same names from the same modules in its
-    ``TYPE_CHECKING`` block (what type checkers read): the two lists agree."""
+def test_plugins_import_each_name_from_its_tier():
+    """Issue 68 item 2: a built-in plugin imports a stable name from ``mtcore.api`` and a
+    provisional one from ``mtcore.api.engine``, never through the deprecated re-export."""
     import ast
 
-    tree = ast.parse((ROOT / "mtcore" / "api.py").read_text(encoding="utf-8"))
+    import mtcore.api as api
+    import mtcore.api.engine as engine
+
+    tiers = {"mtcore.api": set(api.__all__), "mtcore.api.engine": set(engine.__all__)}
+    wrong, seen = [], 0
+    for path in sorted((ROOT / "plugins").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in tiers:
+                seen += 1
+                wrong += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} {alias.name} from {node.module}"
+                    for alias in node.names
+                    if alias.name not in tiers[node.module]
+                ]
+    assert seen > 100
+    assert not wrong, "\n".join(wrong)
+
+
+def api_where(path: Path) -> dict[str, str]:
+    """The literal ``_WHERE`` of an API module, checked against its ``TYPE_CHECKING`` block:
+    the same names, each re-exported as itself from the same module."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     where, checked = None, {}
     for node in tree.body:
         if isinstance(node, ast.AnnAssign | ast.Assign):
@@ -239,13 +254,98 @@ def test_public_api_lists_agree():
                     assert alias.asname == alias.name, f"{alias.name}: re-export as itself"
                     checked[alias.name] = stmt.module
         if isinstance(node, ast.Import | ast.ImportFrom):
-            assert "ast" not in [a.name for a in node.names], "api.py parses no source"
-    assert where is not None, "api.py has no _WHERE"
-    assert len(where) > 100
+            assert "ast" not in [a.name for a in node.names], f"{path.name} parses no source"
+    assert where is not None, f"{path.name} has no _WHERE"
     assert where == checked, {n: (where.get(n), checked.get(n)) for n in where.keys() ^ checked}
+    return where
+
+
+def test_public_api_names_resolve():
+    """Every name of ``mtcore.api.__all__`` and ``mtcore.api.engine.__all__`` is defined where
+    the module says it is, and an unknown name is an error that points at ``__all__``."""
+    import mtcore.api as api
+    import mtcore.api.engine as engine
+
+    assert "Filter" in api.__all__ and "Step" in api.__all__
+    assert "map_shards" in api.__all__ and "process_shard" in engine.__all__
+    for module in (api, engine):
+        for name in module.__all__:
+            assert getattr(module, name) is getattr(
+                importlib.import_module(module._WHERE[name]), name
+            ), name
+        with pytest.raises(AttributeError, match="__all__"):
+            module.NoSuchName  # noqa: B018
+        with pytest.raises(ImportError, match="NoSuchName"):
+            exec(f"from {module.__name__} import NoSuchName", {})
+    assert dir(api) == api.__all__ and dir(engine) == engine.__all__
+
+
+def test_public_api_lists_agree():
+    """Issue 68 item 2: ``mtcore.api`` (the stable names, at most 40) and ``mtcore.api.engine``
+    (the provisional ones) each keep each name's module in a literal ``_WHERE`` (read at run
+    time, no parsing of its own source) and re-export the same names from the same modules in
+    their ``TYPE_CHECKING`` block (what type checkers read): the two lists agree, and no name
+    is in both tiers."""
+    import mtcore.api as api
+    import mtcore.api.engine as engine
+
+    stable = api_where(ROOT / "mtcore" / "api" / "__init__.py")
+    provisional = api_where(ROOT / "mtcore" / "api" / "engine.py")
+    assert stable == api._WHERE and provisional == engine._WHERE
+    assert 30 <= len(stable) <= 40, len(stable)
+    assert len(provisional) > 50
+    assert not stable.keys() & provisional.keys(), stable.keys() & provisional.keys()
+    assert api.__all__ == sorted(stable) and engine.__all__ == sorted(provisional)
+
+
+def test_public_api_is_documented():
+    """Issue 68 item 2: each stable name has its row in docs/plugins.md's table of the public
+    API (``| `name` | what it is |``), and the table names no other."""
+    import re
+
     import mtcore.api as api
 
-    assert where == api._WHERE
+    text = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    section = text.split("## The public API", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| \S.*\|$", section, flags=re.MULTILINE)
+    assert sorted(rows) == api.__all__, set(rows) ^ set(api.__all__)
+
+
+def test_public_api_loads_lazily():
+    """Importing ``mtcore.api`` and ``mtcore.api.engine``, and a contract of the API, imports
+    neither NumPy nor numba nor the core's text kernels (PEP 562 loading)."""
+    code = (
+        "import sys, mtcore.api, mtcore.api.engine\n"
+        "from mtcore.api import Filter, PluginConfig, Step\n"
+        "heavy = ['numpy', 'numba', 'mtcore.text.kernels', 'mtcore.run.jobs']\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.parametrize(
+    ("statement", "fails"),
+    [
+        ("from mtcore.api import code_table", True),
+        ("from mtcore.api import run_job", True),
+        ("import mtcore.api as api; api.tail", True),
+        ("from mtcore.api import Filter, map_shards", False),
+        ("from mtcore.api.engine import code_table, run_job", False),
+    ],
+)
+def test_engine_names_through_the_api_warn(statement, fails):
+    """Issue 68 item 2: for one release ``mtcore.api`` still gives a name it moved to
+    ``mtcore.api.engine``, with a ``DeprecationWarning`` that names the new module (an error
+    under ``-W error::DeprecationWarning``); a stable name, or the engine's own, warns not."""
+    command = [sys.executable, "-W", "error::DeprecationWarning", "-c", statement]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if fails:
+        assert done.returncode == 1, done.stderr
+        assert "DeprecationWarning" in done.stderr and "mtcore.api.engine" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
 
 
 def test_import_contracts_catch_a_wrong_import(tmp_path):
@@ -275,14 +375,14 @@ def test_import_contracts_catch_a_wrong_import(tmp_path):
 
 
 def test_core_is_laid_out_by_concern():
-    """Issue 49 point 5: ``mtcore/`` holds folders by concern and, flat, only the package's
-    ``__init__`` and the public API; each folder says what it holds in its ``__init__``
+    """Issue 49 point 5: ``mtcore/`` holds folders by concern (the public API is ``api/``)
+    and, flat, only the package's ``__init__``; each folder says what it holds in its ``__init__``
     docstring."""
     import ast
 
     core = ROOT / "mtcore"
     flat = sorted(p.name for p in core.glob("*.py"))
-    assert flat == ["__init__.py", "api.py"], flat
+    assert flat == ["__init__.py"], flat
     folders = sorted(p for p in core.iterdir() if p.is_dir() and p.name != "__pycache__")
     assert {p.name for p in folders} >= {"contracts", "recipe", "run", "exec", "data", "report"}
     for folder in folders:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtcore.api import checked_codes, checked_lines as checked
+from mtcore.api.engine import checked_codes, checked_lines as checked
 from mtcore.contracts.errors import RecipeError, StepError
 from mtcore.recipe.load import build_recipe
 from mtcore.run.runner import Runner

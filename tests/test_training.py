@@ -297,7 +297,7 @@ def test_a_width_that_cannot_share_the_batch_is_refused(tmp_path: Path) -> None:
 def test_threads_and_width_are_not_the_steps_identity() -> None:
     """Where a training runs (its threads, its ranks) does not change what it computes; its
     batch does."""
-    from mtcore.api import identity_dict
+    from mtcore.api.engine import identity_dict
 
     base = {"max_tokens": 1024, "batch_tokens": 4096}
     one = identity_dict(TrainConfig.model_validate({**base, "threads": 1}))

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import Field
 
-from mtcore.api import Executor, PluginConfig, die_with_parent
+from mtcore.api import Executor, PluginConfig
+from mtcore.api.engine import die_with_parent
 
 
 class LocalConfig(PluginConfig):

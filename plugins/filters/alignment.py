@@ -69,7 +69,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from mtcore.api import CorpusFit, Filter, Pair, PluginConfig, PluginError, worker_memo
+from mtcore.api import Filter, Pair, PluginConfig, PluginError, worker_memo
+from mtcore.api.engine import CorpusFit
 from mtcore_plugins.filters._lexicon import Lexicon
 
 MAX_TOKENS = 0x3FF  # eflomal writes longer sentences as empty (MAX_SENT_LEN 0x400)

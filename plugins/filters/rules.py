@@ -14,15 +14,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from mtcore.api import (
-    Filter,
-    Pair,
-    PluginConfig,
-    TextBlock,
-    TextColumn,
-    line_of_offsets,
-    worker_memo,
-)
+from mtcore.api import Filter, Pair, PluginConfig, TextBlock, TextColumn, worker_memo
+from mtcore.api.engine import line_of_offsets
 from mtcore_plugins.common.text.tokens import count_tokens, segmenter_lang
 from mtcore_plugins.filters._array import ArrayFilter
 

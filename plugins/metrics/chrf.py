@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import Field
 
-from mtcore.api import DataError, Metric, PluginConfig, Score, check_lengths
+from mtcore.api import DataError, Metric, PluginConfig, Score
+from mtcore.api.engine import check_lengths
 
 
 class ChrfConfig(PluginConfig):

@@ -26,7 +26,7 @@ from typing import Literal
 import numba
 import numpy as np
 
-from mtcore.api import SPACE_LUT, lines_of_codes
+from mtcore.api.engine import SPACE_LUT, lines_of_codes
 
 STABLE, COMPLEX = -1, -2  # table values; 0 and up: offset of the mapping in the flat array
 NL = 10

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from mtcore.api import PluginConfig, Processor, suggest
+from mtcore.api import PluginConfig, Processor
+from mtcore.api.engine import suggest
 
 
 def opencc_configs() -> list[str]:

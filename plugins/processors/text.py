@@ -16,7 +16,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.api import INNER_BREAKS, PluginConfig, Processor
+from mtcore.api import PluginConfig, Processor
+from mtcore.api.engine import INNER_BREAKS
 from mtcore_plugins.processors._compiled import (
     normalize_codes,
     normalized,

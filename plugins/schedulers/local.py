@@ -18,18 +18,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from mtcore.api import (
-    PARENT_ENV,
-    Ended,
-    Job,
-    PluginConfig,
-    Resources,
-    Scheduler,
-    StepError,
-    cores,
-    job_command,
-    tail,
-)
+from mtcore.api import PluginConfig, Scheduler, StepError
+from mtcore.api.engine import PARENT_ENV, Ended, Job, Resources, cores, job_command, tail
 
 
 def visible_gpus() -> int:

@@ -28,18 +28,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from mtcore.api import (
-    Ended,
-    Job,
-    PluginConfig,
-    PluginError,
-    Resources,
-    Scheduler,
-    StepError,
-    job_state,
-    largest,
-    total,
-)
+from mtcore.api import PluginConfig, PluginError, Scheduler, StepError
+from mtcore.api.engine import Ended, Job, Resources, job_state, largest, total
 from mtcore_plugins.common.runtime.ray_local import restore, start_private
 
 INSTALL_HINT = "scheduler 'ray' needs Ray: pip install 'mtcore[ray]' (or 'ray[default]')"
@@ -84,7 +74,7 @@ class StepActor:
     def run(self, folder: str) -> str:
         import ray
 
-        from mtcore.api import run_job
+        from mtcore.api.engine import run_job
 
         try:
             return run_job(folder)
@@ -100,7 +90,7 @@ class RankActor:
     def run(self, folder: str, rank: int, world: int, token: str, log: str) -> object:
         import ray
 
-        from mtcore.api import run_task
+        from mtcore.api.engine import run_task
 
         address = ray.util.get_node_ip_address()
         node = ray.get_runtime_context().get_node_id()

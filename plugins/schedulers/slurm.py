@@ -31,19 +31,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from mtcore.api import (
-    Ended,
-    Job,
-    PluginConfig,
-    PluginError,
-    Resources,
-    Scheduler,
-    StepError,
-    job_state,
-    largest,
-    parse_time,
-    total,
-)
+from mtcore.api import PluginConfig, PluginError, Scheduler, StepError
+from mtcore.api.engine import Ended, Job, Resources, job_state, largest, parse_time, total
 
 log = logging.getLogger("mtcore")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -286,7 +275,7 @@ class SlurmTask:
         self.logs = logs  # submitit's folder: a further rank's output goes beside its own
 
     def __call__(self) -> str:
-        from mtcore.api import run_task
+        from mtcore.api.engine import run_task
 
         env = os.environ
         token = f"{env.get('SLURM_JOB_ID', '0')}-{env.get('SLURM_RESTART_COUNT', '0')}"
@@ -312,7 +301,7 @@ class SlurmTask:
         and exited, records the requeue; submitit then requeues the job and exits."""
         from submitit.helpers import DelayedSubmission
 
-        from mtcore.api import record_requeue, requeue_count
+        from mtcore.api.engine import record_requeue, requeue_count
 
         folder = Path(self.folder)
         stop_savers(_save_signal(), time.monotonic() + SIGNAL_DELAY - 15)

@@ -28,7 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import DataError, cache_home, open_lock
+from mtcore.api import DataError, cache_home
+from mtcore.api.engine import open_lock
 
 log = logging.getLogger("mtcore.sources.index")
 

@@ -10,12 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
-from mtcore.api import (
-    HASHED_WHEN_SET,
+from mtcore.api import HASHED_WHEN_SET, Pair, Stats
+from mtcore.api.engine import (
     Input,
     InputPolicy,
-    Pair,
-    Stats,
     find_member,
     read_parallel,
     read_sgm,

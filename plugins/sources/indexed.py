@@ -23,7 +23,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, StringConstraints, model_validator
 
-from mtcore.api import CatalogEntry, DataError, Pair, PluginConfig, Source
+from mtcore.api import DataError, Pair, PluginConfig, Source
+from mtcore.api.engine import CatalogEntry
 from mtcore_plugins.common.hub.mirror import mirror_base, replicas_allowed
 from mtcore_plugins.sources._index import (
     Resolved,

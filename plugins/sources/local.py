@@ -36,12 +36,12 @@ from mtcore.api import (
     HASHED_WHEN_SET,
     NOT_IDENTITY,
     DataError,
-    Input,
     Pair,
     PluginConfig,
     Source,
     content_hash,
 )
+from mtcore.api.engine import Input
 from mtcore_plugins.sources._layout import (
     FORMAT_FIELD,
     MEMBER_FIELD,

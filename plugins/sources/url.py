@@ -33,12 +33,12 @@ from mtcore.api import (
     HASHED_WHEN_SET,
     NOT_IDENTITY,
     DataError,
-    Input,
     Pair,
     PluginConfig,
     Source,
     cache_home,
 )
+from mtcore.api.engine import Input
 from mtcore_plugins.common.hub.download import Downloader, FileSpec
 from mtcore_plugins.common.hub.lockfile import active_lock
 from mtcore_plugins.common.hub.mirror import (

@@ -11,15 +11,8 @@ from typing import Any, BinaryIO, Literal, TypeVar
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import (
-    NOT_IDENTITY,
-    AppendLog,
-    BlockReader,
-    Corpus,
-    PluginConfig,
-    StepContext,
-    map_shards,
-)
+from mtcore.api import NOT_IDENTITY, BlockReader, Corpus, PluginConfig, StepContext, map_shards
+from mtcore.api.engine import AppendLog
 
 R = TypeVar("R")
 

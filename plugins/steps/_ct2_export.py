@@ -16,7 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import Artifact, DataError, ModelExport
+from mtcore.api import Artifact, DataError
+from mtcore.api.engine import ModelExport
 from mtcore_plugins.common.ct2.convert import (
     LIMITS_FILE,
     FairseqSpecConverter,

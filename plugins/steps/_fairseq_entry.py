@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import PARENT_ENV, die_with_parent
+from mtcore.api.engine import PARENT_ENV, die_with_parent
 from mtcore_plugins.common.fairseq.deferred import deferred
 from mtcore_plugins.common.fairseq.setup import (
     add_safe_globals,

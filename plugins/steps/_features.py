@@ -9,15 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import (
-    ComponentSpec,
-    Scorer,
-    StepContext,
-    StepError,
-    load_registry,
-    map_shards,
-    worker_memo,
-)
+from mtcore.api import Scorer, StepContext, StepError, load_registry, map_shards, worker_memo
+from mtcore.api.engine import ComponentSpec
 from mtcore_plugins.steps._nbest import Entry, NBestWriter, read_nbest
 
 STEP_KEYS = ("name", "feature")

@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import Artifact, DataError, ModelExport
+from mtcore.api import Artifact, DataError
+from mtcore.api.engine import ModelExport
 from mtcore_plugins.common.ct2.convert import (
     checkpoint_args,
     checkpoint_path,

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import tail
+from mtcore.api.engine import tail
 
 JSON_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 DONE = "| done training in"

@@ -8,14 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mtcore.api import (
-    HASHED_WHEN_SET,
-    NOT_IDENTITY,
-    Executor,
-    PluginConfig,
-    components,
-    ignored_when,
-)
+from mtcore.api import HASHED_WHEN_SET, NOT_IDENTITY, Executor, PluginConfig, components
+from mtcore.api.engine import ignored_when
 from mtcore_plugins.common.decoding.translator import MODEL_ROLES
 
 

@@ -19,19 +19,21 @@ from pydantic import Field, model_validator
 
 from mtcore.api import (
     Augmenter,
-    ComponentSpec,
     Corpus,
     PluginConfig,
     RawBlock,
-    ShardOutput,
     Step,
     StepContext,
     StepError,
+    components,
+    load_registry,
+)
+from mtcore.api.engine import (
+    ComponentSpec,
+    ShardOutput,
     built,
     checked_lines,
-    components,
     field_specs,
-    load_registry,
     rewrite_corpus,
     rewrite_shard,
 )

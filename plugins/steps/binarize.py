@@ -53,10 +53,9 @@ from mtcore.api import (
     Step,
     StepContext,
     StepError,
-    batched,
-    run_logged,
     write_artifact_meta,
 )
+from mtcore.api.engine import batched, run_logged
 from mtcore_plugins.common.hub.pretrained import ARTIFACT_TYPE as PRETRAINED, load_tokenizer
 from mtcore_plugins.common.text.spm import load_spm
 from mtcore_plugins.common.text.tags import TOKEN_PATTERN

@@ -14,18 +14,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.api import (
-    ENGINE_KEYS,
-    Corpus,
-    CorpusWriter,
-    PluginConfig,
-    Registry,
-    Step,
-    StepContext,
-    check_chain,
-    clean_corpus,
-    components,
-)
+from mtcore.api import Corpus, CorpusWriter, PluginConfig, Registry, Step, StepContext, components
+from mtcore.api.engine import ENGINE_KEYS, check_chain, clean_corpus
 
 
 class CleanConfig(PluginConfig):

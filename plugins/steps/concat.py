@@ -6,15 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from mtcore.api import (
-    Corpus,
-    CorpusWriter,
-    PluginConfig,
-    Step,
-    StepContext,
-    StepError,
-    write_corpus_meta,
-)
+from mtcore.api import Corpus, CorpusWriter, PluginConfig, Step, StepContext, StepError
+from mtcore.api.engine import write_corpus_meta
 
 
 class ConcatConfig(PluginConfig):

@@ -20,12 +20,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import (
-    AppendLog,
-    Corpus,
-    Step,
-    StepContext,
-)
+from mtcore.api import Corpus, Step, StepContext
+from mtcore.api.engine import AppendLog
 from mtcore_plugins.common.text.keys import block_keys
 from mtcore_plugins.steps._buckets import BucketedConfig, appended_shards, scatter
 from mtcore_plugins.steps._scores import scores_input, write_kept, write_scores

@@ -25,11 +25,10 @@ from mtcore.api import (
     Step,
     StepContext,
     StepError,
-    build_metrics,
-    check_lengths,
     components,
     write_artifact_meta,
 )
+from mtcore.api.engine import build_metrics, check_lengths
 from mtcore_plugins.common.runtime.isolated import in_worker, run_in_worker
 from mtcore_plugins.steps._copies import copy_report
 

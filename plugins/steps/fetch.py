@@ -8,21 +8,17 @@ from pydantic import Field
 
 from mtcore.api import (
     HASHED_WHEN_SET,
-    INNER_BREAKS,
     Corpus,
     CorpusWriter,
     DataError,
-    InputPolicy,
     Pair,
     PluginConfig,
     Registry,
     Source,
     Step,
     StepContext,
-    identity_dict,
-    ingest,
-    write_corpus_meta,
 )
+from mtcore.api.engine import INNER_BREAKS, InputPolicy, identity_dict, ingest, write_corpus_meta
 
 
 class FetchConfig(PluginConfig):

@@ -36,9 +36,9 @@ from mtcore.api import (
     Step,
     StepContext,
     StepError,
-    run_logged,
     write_artifact_meta,
 )
+from mtcore.api.engine import run_logged
 from mtcore_plugins.common.lm.ngram import TOKENIZATION, lm_line, log10_perplexity
 
 BUILD_HINT = "build them with `bash scripts/build_kenlm.sh .venv`"

@@ -20,7 +20,8 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import BlockReader, Budget, Corpus, CorpusWriter, Step, StepContext
+from mtcore.api import BlockReader, Corpus, CorpusWriter, Step, StepContext
+from mtcore.api.engine import Budget
 from mtcore_plugins.common.similarity.knn import (
     KnnConfig,
     TopK,

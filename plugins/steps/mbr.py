@@ -67,14 +67,12 @@ from mtcore.api import (
     Step,
     StepContext,
     StepError,
-    build_metrics,
     components,
-    entry_name,
     load_registry,
     map_shards,
-    worker_forget,
     worker_memo,
 )
+from mtcore.api.engine import build_metrics, entry_name, worker_forget
 from mtcore_plugins.steps._nbest import Entry, NBestWriter, open_nbest, read_nbest
 from mtcore_plugins.steps._translate_config import worker_threads
 

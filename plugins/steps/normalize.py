@@ -11,16 +11,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.api import (
+from mtcore.api import Corpus, PluginConfig, Registry, Step, StepContext, StepError, components
+from mtcore.api.engine import (
     PROCESSOR_KEYS,
-    Corpus,
-    PluginConfig,
-    Registry,
-    Step,
-    StepContext,
-    StepError,
     check_processor_langs,
-    components,
     field_specs,
     process_shard,
     rewrite_corpus,

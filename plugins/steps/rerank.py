@@ -38,11 +38,10 @@ from mtcore.api import (
     StepContext,
     StepError,
     Tuner,
-    component_specs,
     components,
-    field_specs,
     write_artifact_meta,
 )
+from mtcore.api.engine import component_specs, field_specs
 from mtcore_plugins.steps._features import STEP_KEYS, add_features
 from mtcore_plugins.steps._nbest import Entry, NBestWriter, open_nbest
 from mtcore_plugins.steps._translate_config import worker_threads

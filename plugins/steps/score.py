@@ -17,10 +17,9 @@ from mtcore.api import (
     Step,
     StepContext,
     components,
-    make_specs,
-    score_corpus,
     write_artifact_meta,
 )
+from mtcore.api.engine import make_specs, score_corpus
 from mtcore_plugins.steps._scores import SCORES_FILE
 
 

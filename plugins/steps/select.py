@@ -20,15 +20,8 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.api import (
-    Budget,
-    Corpus,
-    DataError,
-    KeepSpec,
-    PluginConfig,
-    Step,
-    StepContext,
-)
+from mtcore.api import Corpus, DataError, PluginConfig, Step, StepContext
+from mtcore.api.engine import Budget, KeepSpec
 from mtcore_plugins.steps._scores import SCORES_FILE, read_scores, write_kept, write_scores
 
 BUDGET_FIELDS = ("threshold", "top_k", "top_fraction", "percentile")

@@ -31,11 +31,10 @@ from mtcore.api import (
     PluginConfig,
     Step,
     StepContext,
-    build_metrics,
     components,
-    same_file,
     write_artifact_meta,
 )
+from mtcore.api.engine import build_metrics, same_file
 from mtcore_plugins.common.decoding.translator import MODEL_ROLES, DecodeJob, check_model
 
 CANDIDATE_ROLES = ("model", *(f"model{i}" for i in range(2, 17)))

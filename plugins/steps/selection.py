@@ -23,18 +23,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import (
-    Budget,
-    Corpus,
-    PluginError,
-    Registry,
-    Selector,
-    Step,
-    StepContext,
-    component_specs,
-    components,
-    select_pool,
-)
+from mtcore.api import Corpus, PluginError, Registry, Selector, Step, StepContext, components
+from mtcore.api.engine import Budget, component_specs, select_pool
 from mtcore_plugins.steps._scores import write_kept, write_scores
 
 

@@ -22,15 +22,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from mtcore.api import (
-    Corpus,
-    PluginConfig,
-    Step,
-    StepContext,
-    StepError,
-    die_with_parent,
-    write_artifact_meta,
-)
+from mtcore.api import Corpus, PluginConfig, Step, StepContext, StepError, write_artifact_meta
+from mtcore.api.engine import die_with_parent
 from mtcore_plugins.steps._sampling import role_rng, round_half_up
 
 

@@ -30,8 +30,8 @@ from mtcore.api import (
     RawBlock,
     Step,
     StepContext,
-    encode_lines,
 )
+from mtcore.api.engine import encode_lines
 from mtcore_plugins.common.text.tags import TOKEN_PATTERN, prepend
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"

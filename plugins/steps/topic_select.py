@@ -16,7 +16,8 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.api import BlockReader, Budget, Corpus, CorpusWriter, Step, StepContext
+from mtcore.api import BlockReader, Corpus, CorpusWriter, Step, StepContext
+from mtcore.api.engine import Budget
 from mtcore_plugins.common.similarity.topic import TopicConfig, fit_terms, score_pairs
 from mtcore_plugins.steps._scores import write_scores
 

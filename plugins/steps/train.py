@@ -16,19 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mtcore.api import (
-    Artifact,
-    DataError,
-    Resources,
-    Step,
-    StepContext,
-    StepError,
-    current_task,
-    publish_ranks,
-    run_logged,
-    thread_count,
-    write_artifact_meta,
-)
+from mtcore.api import Artifact, DataError, Step, StepContext, StepError, write_artifact_meta
+from mtcore.api.engine import Resources, current_task, publish_ranks, run_logged, thread_count
 from mtcore_plugins.common.fairseq.checkpoints import (
     average_checkpoints,
     best_entries,

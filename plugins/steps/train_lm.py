@@ -20,16 +20,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from mtcore.api import (
-    Corpus,
-    DataError,
-    PluginConfig,
-    Step,
-    StepContext,
-    batched,
-    run_logged,
-    write_artifact_meta,
-)
+from mtcore.api import Corpus, DataError, PluginConfig, Step, StepContext, write_artifact_meta
+from mtcore.api.engine import batched, run_logged
 from mtcore_plugins.common.text.spm import load_spm
 from mtcore_plugins.steps._train_log import (
     live_line,

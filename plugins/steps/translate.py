@@ -30,15 +30,14 @@ from mtcore.api import (
     Corpus,
     CorpusWriter,
     DataError,
-    ModelExport,
     Stats,
     Step,
     StepContext,
     StepError,
     map_shards,
-    worker_forget,
     worker_memo,
 )
+from mtcore.api.engine import ModelExport, worker_forget
 from mtcore_plugins.common.decoding.translator import (
     MODEL_ROLES,
     DecodeJob,

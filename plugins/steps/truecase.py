@@ -28,16 +28,14 @@ from mtcore.api import (
     DataError,
     PluginConfig,
     RawBlock,
-    ShardOutput,
     Step,
     StepContext,
     StepError,
     map_shards,
-    rewrite_corpus,
-    rewrite_shard,
     worker_memo,
     write_artifact_meta,
 )
+from mtcore.api.engine import ShardOutput, rewrite_corpus, rewrite_shard
 from mtcore_plugins.common.text.truecasing import CASELESS, words
 
 Casing = dict[str, dict[str, int]]

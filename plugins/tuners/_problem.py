@@ -13,7 +13,8 @@ import numba
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import Metric, NBest, PluginConfig, PluginError, load_registry
+from mtcore.api import Metric, PluginConfig, PluginError, load_registry
+from mtcore.api.engine import NBest
 
 Tokenize = Literal["auto", "13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"]
 

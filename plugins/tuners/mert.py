@@ -20,7 +20,8 @@ import numba
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.api import NBest, Tuner
+from mtcore.api import Tuner
+from mtcore.api.engine import NBest
 from mtcore_plugins.tuners._problem import Problem, TunerConfig, as_weights, make_problem
 
 

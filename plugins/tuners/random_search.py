@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.api import NBest, Tuner
+from mtcore.api import Tuner
+from mtcore.api.engine import NBest
 from mtcore_plugins.tuners._problem import TunerConfig, as_weights, make_problem
 
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import NBest, PluginError, Tuner
+from mtcore.api import PluginError, Tuner
+from mtcore.api.engine import NBest
 from mtcore_plugins.tuners._problem import Problem, TunerConfig, as_weights, make_problem
 
 

@@ -25,7 +25,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import Artifact, DataError, cache_home, content_hash, hash_json
+from mtcore.api import Artifact, DataError, cache_home, content_hash
+from mtcore.api.engine import hash_json
 from mtcore_plugins.common.ct2.spec import ACTIVATIONS, transformer_spec
 from mtcore_plugins.common.fairseq.model_extension import registered
 

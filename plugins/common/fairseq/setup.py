@@ -54,7 +54,7 @@ def add_safe_globals() -> None:
     environment says (:func:`mtcore.exec.process.safe_torch_loads`)."""
     import torch.serialization
 
-    from mtcore.api import safe_torch_loads
+    from mtcore.api.engine import safe_torch_loads
 
     safe_torch_loads()
     torch.serialization.add_safe_globals(safe_globals())

@@ -18,15 +18,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from mtcore.api import (
-    NOT_IDENTITY,
-    DataError,
-    PluginConfig,
-    Stats,
-    content_hash,
-    hash_file,
-    open_lock,
-)
+from mtcore.api import NOT_IDENTITY, DataError, PluginConfig, Stats, content_hash
+from mtcore.api.engine import hash_file, open_lock
 from mtcore_plugins.common.hub.lockfile import LockFile
 
 log = logging.getLogger("mtcore.sources.url")

@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import LOCK_ENV, DataError, open_lock
+from mtcore.api import DataError
+from mtcore.api.engine import LOCK_ENV, open_lock
 
 FORMAT = 1
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import Artifact, DataError, cache_home, content_hash, hash_json
+from mtcore.api import Artifact, DataError, cache_home, content_hash
+from mtcore.api.engine import hash_json
 from mtcore_plugins.common.ct2.convert import install
 from mtcore_plugins.common.text import langcodes
 

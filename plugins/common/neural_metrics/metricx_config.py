@@ -28,7 +28,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from mtcore.api import NOT_IDENTITY, DataError, PluginConfig, PluginError, hash_file
+from mtcore.api import NOT_IDENTITY, DataError, PluginConfig, PluginError
+from mtcore.api.engine import hash_file
 
 REGRESSION_ID = 250089
 """The vocabulary id whose first-step logit is the score (``metricx24/models.py``:

@@ -37,7 +37,8 @@ from transformers import MT5Config
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.mt5.modeling_mt5 import MT5PreTrainedModel, MT5Stack
 
-from mtcore.api import DataError, PluginError, thread_count
+from mtcore.api import DataError, PluginError
+from mtcore.api.engine import thread_count
 from mtcore_plugins.common.neural_metrics.metricx_config import (
     MAX_SCORE,
     REGRESSION_ID,

@@ -1,15 +1,13 @@
-"""mtcore's public plugin API: everything a plugin (built-in or third-party) imports from mtcore.
+"""Provisional names of the plugin API: what only the built-in plugins use.
 
-A plugin imports from here and nowhere else in ``mtcore``: ``tests/test_lint.py`` fails on any
-other import of ``mtcore`` in the built-in plugins and the example packages, so the core's
-modules can move without breaking anyone's package. docs/plugins.md groups these names by what
-they are for and states each plugin kind's contract.
+The sharded engines behind the built-in steps (filter, processor and selection chains, ranked
+cuts, scores), the text kernels, process plumbing and the job runner. They may change or go
+without deprecation: a third-party plugin that imports one pins the mtcore release it was
+written for. The stable names are :mod:`mtcore.api`'s; ``tests/test_lint.py`` lets the
+built-in plugins, and no example package, import this module.
 
-The names load on first use (PEP 562): ``from mtcore.api import Filter`` costs what importing
-``mtcore.contracts.kinds`` costs, not the whole core (NumPy, numba), so a step's process starts
-as fast as before. ``_WHERE`` says where each name is defined; the ``TYPE_CHECKING`` block
-below lists the same names for type checkers, as re-exports (``tests/test_lint.py`` checks
-that the two agree).
+The names load on first use (PEP 562), as :mod:`mtcore.api`'s do; ``_WHERE`` and the
+``TYPE_CHECKING`` block below list the same names (``tests/test_lint.py`` checks it).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-#: Each public name and the module that defines it.
+#: Each provisional name and the module that defines it.
 _WHERE: dict[str, str] = {
     "clean_corpus": "mtcore.chain.cleaning",
     "score_corpus": "mtcore.chain.cleaning",
@@ -40,39 +38,16 @@ _WHERE: dict[str, str] = {
     "rewrite_corpus": "mtcore.chain.rewriting",
     "rewrite_shard": "mtcore.chain.rewriting",
     "Budget": "mtcore.chain.selection",
-    "Selector": "mtcore.chain.selection",
     "select_pool": "mtcore.chain.selection",
     "ComponentField": "mtcore.contracts.components",
     "check_components": "mtcore.contracts.components",
     "component_fields": "mtcore.contracts.components",
-    "components": "mtcore.contracts.components",
     "entry_name": "mtcore.contracts.components",
-    "DataError": "mtcore.contracts.errors",
-    "MtcoreError": "mtcore.contracts.errors",
-    "PluginError": "mtcore.contracts.errors",
-    "StepError": "mtcore.contracts.errors",
-    "hookimpl": "mtcore.contracts.hooks",
-    "HASHED_WHEN_SET": "mtcore.contracts.identity",
-    "NOT_IDENTITY": "mtcore.contracts.identity",
     "identity_dict": "mtcore.contracts.identity",
     "ignored_when": "mtcore.contracts.identity",
-    "Augmenter": "mtcore.contracts.kinds",
     "CatalogEntry": "mtcore.contracts.kinds",
     "CorpusFit": "mtcore.contracts.kinds",
-    "Executor": "mtcore.contracts.kinds",
-    "Filter": "mtcore.contracts.kinds",
-    "Metric": "mtcore.contracts.kinds",
-    "Model": "mtcore.contracts.kinds",
     "NBest": "mtcore.contracts.kinds",
-    "Processor": "mtcore.contracts.kinds",
-    "Scorer": "mtcore.contracts.kinds",
-    "Source": "mtcore.contracts.kinds",
-    "Tuner": "mtcore.contracts.kinds",
-    "ConfigT": "mtcore.contracts.plugin",
-    "Pair": "mtcore.contracts.plugin",
-    "PluginConfig": "mtcore.contracts.plugin",
-    "Registry": "mtcore.contracts.registry",
-    "load_registry": "mtcore.contracts.registry",
     "suggest": "mtcore.contracts.registry",
     "Resources": "mtcore.contracts.resources",
     "cores": "mtcore.contracts.resources",
@@ -81,17 +56,9 @@ _WHERE: dict[str, str] = {
     "total": "mtcore.contracts.resources",
     "Ended": "mtcore.contracts.scheduler",
     "Job": "mtcore.contracts.scheduler",
-    "Scheduler": "mtcore.contracts.scheduler",
-    "Stats": "mtcore.contracts.stats",
-    "Artifact": "mtcore.contracts.step",
     "ModelExport": "mtcore.contracts.step",
-    "Step": "mtcore.contracts.step",
-    "StepContext": "mtcore.contracts.step",
     "thread_count": "mtcore.contracts.step",
-    "write_artifact_meta": "mtcore.contracts.step",
     "find_member": "mtcore.data.archives",
-    "Corpus": "mtcore.data.corpus",
-    "CorpusWriter": "mtcore.data.corpus",
     "Input": "mtcore.data.corpus",
     "InputPolicy": "mtcore.data.corpus",
     "batched": "mtcore.data.corpus",
@@ -111,11 +78,7 @@ _WHERE: dict[str, str] = {
     "current_task": "mtcore.exec.ranks",
     "publish_ranks": "mtcore.exec.ranks",
     "AppendLog": "mtcore.exec.shards",
-    "map_shards": "mtcore.exec.shards",
     "worker_forget": "mtcore.exec.shards",
-    "worker_memo": "mtcore.exec.shards",
-    "cache_home": "mtcore.recipe.hashing",
-    "content_hash": "mtcore.recipe.hashing",
     "hash_file": "mtcore.recipe.hashing",
     "hash_json": "mtcore.recipe.hashing",
     "LOCK_ENV": "mtcore.run.cache",
@@ -126,15 +89,10 @@ _WHERE: dict[str, str] = {
     "requeue_count": "mtcore.run.jobs",
     "run_job": "mtcore.run.jobs",
     "run_task": "mtcore.run.jobs",
-    "Score": "mtcore.system.metrics",
     "build_metrics": "mtcore.system.metrics",
     "check_lengths": "mtcore.system.metrics",
     "evaluate": "mtcore.system.metrics",
     "read_segments": "mtcore.system.metrics",
-    "BlockReader": "mtcore.text.block",
-    "RawBlock": "mtcore.text.block",
-    "TextBlock": "mtcore.text.block",
-    "TextColumn": "mtcore.text.block",
     "code_table": "mtcore.text.block",
     "line_of_offsets": "mtcore.text.block",
     "lines_of_codes": "mtcore.text.block",
@@ -151,7 +109,10 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"mtcore.api has no {name!r}: its public names are mtcore.api.__all__")
+        raise AttributeError(
+            f"mtcore.api.engine has no {name!r}: its names are mtcore.api.engine.__all__ "
+            "(and the stable ones mtcore.api.__all__)"
+        )
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
@@ -194,53 +155,24 @@ if TYPE_CHECKING:
     )
     from mtcore.chain.selection import (
         Budget as Budget,
-        Selector as Selector,
         select_pool as select_pool,
     )
     from mtcore.contracts.components import (
         ComponentField as ComponentField,
         check_components as check_components,
         component_fields as component_fields,
-        components as components,
         entry_name as entry_name,
     )
-    from mtcore.contracts.errors import (
-        DataError as DataError,
-        MtcoreError as MtcoreError,
-        PluginError as PluginError,
-        StepError as StepError,
-    )
-    from mtcore.contracts.hooks import (
-        hookimpl as hookimpl,
-    )
     from mtcore.contracts.identity import (
-        HASHED_WHEN_SET as HASHED_WHEN_SET,
-        NOT_IDENTITY as NOT_IDENTITY,
         identity_dict as identity_dict,
         ignored_when as ignored_when,
     )
     from mtcore.contracts.kinds import (
-        Augmenter as Augmenter,
         CatalogEntry as CatalogEntry,
         CorpusFit as CorpusFit,
-        Executor as Executor,
-        Filter as Filter,
-        Metric as Metric,
-        Model as Model,
         NBest as NBest,
-        Processor as Processor,
-        Scorer as Scorer,
-        Source as Source,
-        Tuner as Tuner,
-    )
-    from mtcore.contracts.plugin import (
-        ConfigT as ConfigT,
-        Pair as Pair,
-        PluginConfig as PluginConfig,
     )
     from mtcore.contracts.registry import (
-        Registry as Registry,
-        load_registry as load_registry,
         suggest as suggest,
     )
     from mtcore.contracts.resources import (
@@ -253,25 +185,15 @@ if TYPE_CHECKING:
     from mtcore.contracts.scheduler import (
         Ended as Ended,
         Job as Job,
-        Scheduler as Scheduler,
-    )
-    from mtcore.contracts.stats import (
-        Stats as Stats,
     )
     from mtcore.contracts.step import (
-        Artifact as Artifact,
         ModelExport as ModelExport,
-        Step as Step,
-        StepContext as StepContext,
         thread_count as thread_count,
-        write_artifact_meta as write_artifact_meta,
     )
     from mtcore.data.archives import (
         find_member as find_member,
     )
     from mtcore.data.corpus import (
-        Corpus as Corpus,
-        CorpusWriter as CorpusWriter,
         Input as Input,
         InputPolicy as InputPolicy,
         batched as batched,
@@ -305,13 +227,9 @@ if TYPE_CHECKING:
     )
     from mtcore.exec.shards import (
         AppendLog as AppendLog,
-        map_shards as map_shards,
         worker_forget as worker_forget,
-        worker_memo as worker_memo,
     )
     from mtcore.recipe.hashing import (
-        cache_home as cache_home,
-        content_hash as content_hash,
         hash_file as hash_file,
         hash_json as hash_json,
     )
@@ -328,17 +246,12 @@ if TYPE_CHECKING:
         run_task as run_task,
     )
     from mtcore.system.metrics import (
-        Score as Score,
         build_metrics as build_metrics,
         check_lengths as check_lengths,
         evaluate as evaluate,
         read_segments as read_segments,
     )
     from mtcore.text.block import (
-        BlockReader as BlockReader,
-        RawBlock as RawBlock,
-        TextBlock as TextBlock,
-        TextColumn as TextColumn,
         code_table as code_table,
         line_of_offsets as line_of_offsets,
         lines_of_codes as lines_of_codes,
