@@ -414,7 +414,7 @@ def test_no_step_imports_another_step():
     share (the score table, the training log, the decoding settings, n-best files) lives in a
     private ``plugins/steps/_*.py`` module, what other kinds use too in
     ``mtcore_plugins.common``'s folder for its concern, and the processor chain engine in the
-    core (``mtcore.api.process_shard``, ``rewrite_corpus``), so no step (nor private helper)
+    core (``mtcore.api.engine.process_shard``, ``rewrite_corpus``), so no step (nor private helper)
     imports a step's module."""
     import ast
 
