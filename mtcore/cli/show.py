@@ -65,7 +65,7 @@ def plan(
         from mtcore.run.plan_cost import print_schedule
 
         tps = tokens_per_second or GPU_KINDS[gpu_kind]
-        from mtcore.run.schedule import Scaling
+        from mtcore.run.scaling import Scaling
 
         model = Scaling.parse(scaling) if scaling else Scaling()
         print_schedule(runner, rows, slots, tps, f"{tokens_per_second or gpu_kind}", model)
