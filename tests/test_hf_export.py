@@ -21,7 +21,7 @@ from mtcore.cli.app import cli
 from mtcore.contracts.errors import DataError
 from mtcore.contracts.registry import load_registry
 from mtcore.contracts.step import Artifact
-from mtcore_plugins.steps._hf_export import load_fairseq, unsupported
+from mtcore_plugins.steps._hf_fairseq import load_fairseq, unsupported
 from mtcore_plugins.steps.binarize import BinarizeStep
 from mtcore_plugins.steps.spm import SentencePieceStep
 from mtcore_plugins.steps.translate import TranslateStep

@@ -15,14 +15,9 @@ from click.testing import CliRunner
 from mtcore.cli.app import cli
 from mtcore.contracts.errors import MtcoreError
 from mtcore.contracts.resources import Resources, ResourceSpec
-from mtcore.run.schedule import (
-    Scaling,
-    choose_widths,
-    lower_bound,
-    mold,
-    simulate,
-    valid_widths,
-)
+from mtcore.run.scaling import Scaling, valid_widths
+from mtcore.run.schedule import simulate
+from mtcore.run.widths import choose_widths, lower_bound, mold
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import click
 
 from mtcore.contracts.registry import load_registry
+from mtcore.run.cache import LOCK_ENV, lock_path
 
 
 def recipe_options(f: Any) -> Any:
@@ -37,3 +39,20 @@ def load(recipe_path: Path, profile: str | None, sets: tuple[str, ...]) -> tuple
 
 def default_workdir(recipe: Any, workdir: Path | None) -> Path:
     return workdir if workdir is not None else Path("work") / recipe.name
+
+
+def name_lock_file(recipe: Path) -> Path:
+    """``$MTCORE_LOCK_FILE`` names RECIPE's lock file for this command's steps (and its jobs
+    elsewhere), and is put back when the command ends."""
+    path = lock_path(recipe.absolute())
+    old = os.environ.get(LOCK_ENV)
+    os.environ[LOCK_ENV] = str(path)
+
+    def restore() -> None:
+        if old is None:
+            os.environ.pop(LOCK_ENV, None)
+        else:
+            os.environ[LOCK_ENV] = old
+
+    click.get_current_context().call_on_close(restore)
+    return path

@@ -13,7 +13,7 @@ training's threads and ``distributed_world_size``); a recipe or profile override
 A training may be given a width: ``gpus: 8`` (one torch.distributed rank a GPU, NCCL),
 ``ranks: 2`` on CPU (gloo processes, each with the step's threads), ``nodes: 2`` to spread them
 over two machines, or a range (``gpus: 1-16``) from which ``mtcore plan`` and the scheduler choose
-the width that shortens the whole graph (:func:`mtcore.run.schedule.choose_widths`). A training
+the width that shortens the whole graph (:func:`mtcore.run.widths.choose_widths`). A training
 whose recipe states its batch as tokens per update (``batch_tokens``) computes the same updates at
 any width; its ``update_freq`` follows from the width.
 

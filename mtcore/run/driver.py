@@ -37,7 +37,9 @@ from mtcore.run.jobs import (
 )
 from mtcore.run.progress import DisplayFactory, Progress
 from mtcore.run.results import RunResult, StepResult
-from mtcore.run.schedule import CostModel, Scaling, choose_widths, fitted, remaining_paths
+from mtcore.run.scaling import Scaling
+from mtcore.run.schedule import CostModel, fitted, remaining_paths
+from mtcore.run.widths import choose_widths
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry

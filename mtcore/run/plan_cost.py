@@ -11,7 +11,9 @@ import click
 from mtcore.contracts.resources import Resources, parse_slots
 from mtcore.recipe.plan import PlannedStep
 from mtcore.run.driver import check_fit, step_needs
-from mtcore.run.schedule import CostModel, Scaling, duration, fitted, lower_bound, mold, simulate
+from mtcore.run.scaling import Scaling
+from mtcore.run.schedule import CostModel, duration, fitted, simulate
+from mtcore.run.widths import lower_bound, mold
 
 if TYPE_CHECKING:
     from mtcore.run.runner import Runner
@@ -26,7 +28,7 @@ def print_schedule(
     scaling: Scaling | None = None,
 ) -> None:
     """Prints the makespan of the list schedule on ``slots``, moldable trainings at the widths
-    :func:`mtcore.run.schedule.choose_widths` picks, beside a lower bound on any schedule's."""
+    :func:`mtcore.run.widths.choose_widths` picks, beside a lower bound on any schedule's."""
     scaling = scaling or Scaling()
     caps = parse_slots(slots)
     # CPUs left out: as many as the steps ask (a cluster's CPUs rarely bound a GPU graph)

@@ -77,20 +77,16 @@ def _first_matches(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
     """Per line, the regex's match: start and unit size and end (start -1: none). A unit's
     recurrences start with the unit's first ``gram`` characters (three when units have at
-    least three). One pass right to left links each position to the next one whose gram has
-    the same hash (a superset of the gram's own occurrences: every candidate is compared in
-    full), and keeps as candidate starts the non-space positions with ``threshold`` such
-    links within reach of two units and their spaces. Candidates are tried left to right,
-    each recurrence ``k`` with every unit size that puts ``k`` right after the unit and its
-    trailing spaces, sizes up, so the first hit is the regex's (leftmost, then lazy)."""
+    least three); :func:`_candidates` links each position to the next one whose gram hashes
+    alike and keeps the starts with enough links close enough. Candidates are tried left to
+    right, each recurrence ``k`` with every unit size that puts ``k`` right after the unit and
+    its trailing spaces, sizes up, so the first hit is the regex's (leftmost, then lazy)."""
     first = np.full(len(starts), -1, dtype=np.int64)
     unit = np.zeros(len(starts), dtype=np.int64)
     stop = np.zeros(len(starts), dtype=np.int64)
     if not len(starts):
         return first, unit, stop
-    top = len(space) - 1
     gram = min(min_len, 3)
-    shift = 21 * (gram - 1)  # code points have 21 bits: three fit an int64 exactly
     longest = 1
     for line in range(len(starts)):
         longest = max(longest, ends[line] - starts[line])
@@ -105,39 +101,9 @@ def _first_matches(
         start, end = starts[line], ends[line]
         if end - start < min_len * (threshold + 1):
             continue
-        widest = 0
-        r = 0
-        for x in range(start, end):
-            if codes[x] == SPACE:
-                r += 1
-                if r > widest:
-                    widest = r
-            else:
-                r = 0
+        widest = _widest_spaces(codes, start, end)
         reach = 2 * (max_len + 1 + widest)  # from a unit's start to its second recurrence
-        key = np.int64(0)
-        for g in range(gram - 1):
-            key = (key << 21) | np.int64(codes[end - gram + 1 + g])
-        key <<= 21
-        found = 0
-        for x in range(end - gram, start - 1, -1):
-            key = (np.int64(codes[x]) << shift) | (key >> 21)
-            # the product's high bits: its low ones depend on the key's low bits only
-            h = ((key * np.int64(-7046029254386353131)) >> 40) & mask
-            p = last[h]
-            last[h] = x
-            if p < start:
-                nxt[x - start] = -1
-                continue
-            nxt[x - start] = p - start
-            if threshold >= 2:
-                after = nxt[p - start]
-                if after < 0 or after - (x - start) > reach:
-                    continue  # no second recurrence within reach
-            if space[min(codes[x], top)]:
-                continue  # the unit starts with \S
-            cand[found] = x
-            found += 1
+        found = _candidates(codes, start, end, gram, threshold, reach, space, last, nxt, cand)
         for j in range(found - 1, -1, -1):
             i = cand[j]
             size, k = _first_unit(codes, i, start, end, nxt, min_len, max_len, threshold, widest)
@@ -147,6 +113,68 @@ def _first_matches(
                 stop[line] = _match_end(codes, i, size, k, end)
                 break
     return first, unit, stop
+
+
+@numba.njit(cache=True, nogil=True)
+def _widest_spaces(codes: np.ndarray, start: int, end: int) -> int:  # pragma: no cover
+    """The longest run of spaces in ``codes[start:end]``."""
+    widest = 0
+    r = 0
+    for x in range(start, end):
+        if codes[x] == SPACE:
+            r += 1
+            if r > widest:
+                widest = r
+        else:
+            r = 0
+    return widest
+
+
+@numba.njit(cache=True, nogil=True)
+def _candidates(
+    codes: np.ndarray,
+    start: int,
+    end: int,
+    gram: int,
+    threshold: int,
+    reach: int,
+    space: np.ndarray,
+    last: np.ndarray,
+    nxt: np.ndarray,
+    cand: np.ndarray,
+) -> int:  # pragma: no cover (compiled)
+    """One pass right to left over a line: ``nxt`` links each position to the next one whose
+    gram has the same hash (a superset of the gram's own occurrences: every candidate is
+    compared in full; ``last`` holds each hash's latest position), and ``cand`` gets, right to
+    left, the non-space positions with ``threshold`` such links within ``reach``. Returns how
+    many it got."""
+    top = len(space) - 1
+    shift = 21 * (gram - 1)  # code points have 21 bits: three fit an int64 exactly
+    mask = len(last) - 1
+    key = np.int64(0)
+    for g in range(gram - 1):
+        key = (key << 21) | np.int64(codes[end - gram + 1 + g])
+    key <<= 21
+    found = 0
+    for x in range(end - gram, start - 1, -1):
+        key = (np.int64(codes[x]) << shift) | (key >> 21)
+        # the product's high bits: its low ones depend on the key's low bits only
+        h = ((key * np.int64(-7046029254386353131)) >> 40) & mask
+        p = last[h]
+        last[h] = x
+        if p < start:
+            nxt[x - start] = -1
+            continue
+        nxt[x - start] = p - start
+        if threshold >= 2:
+            after = nxt[p - start]
+            if after < 0 or after - (x - start) > reach:
+                continue  # no second recurrence within reach
+        if space[min(codes[x], top)]:
+            continue  # the unit starts with \S
+        cand[found] = x
+        found += 1
+    return found
 
 
 @numba.njit(cache=True, nogil=True)

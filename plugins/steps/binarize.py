@@ -31,25 +31,18 @@ Livonian's unknown pieces.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import shutil
 import struct
 import sys
-import threading
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any, ClassVar
 
 from mtcore.api import (
-    HASHED_WHEN_SET,
     Artifact,
     Corpus,
     DataError,
-    PluginConfig,
     Step,
     StepContext,
     StepError,
@@ -58,7 +51,8 @@ from mtcore.api import (
 from mtcore.api.engine import batched, run_logged
 from mtcore_plugins.common.hub.pretrained import ARTIFACT_TYPE as PRETRAINED, load_tokenizer
 from mtcore_plugins.common.text.spm import load_spm
-from mtcore_plugins.common.text.tags import TOKEN_PATTERN
+from mtcore_plugins.steps._binarize_config import ROLES, AuxPairs, BinarizeConfig
+from mtcore_plugins.steps._binarize_pieces import sampled, tagged
 from mtcore_plugins.steps._pretrained_init import (
     LanguageTokens,
     borrow_rare_rows,
@@ -68,104 +62,8 @@ from mtcore_plugins.steps._pretrained_init import (
 )
 
 SPLITS = ("train", "valid")
-ROLES = {"train": True, "valid": True, "spm": True, "dictionary": False, "cycled": False}
 CHUNK = 10_000
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
-
-
-class SubwordSampling(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # Provilkov et al. 2019 §4: dropout 0.1 for BPE; Kudo 2018 §5: alpha 0.1-0.5, l = inf.
-    alpha: float = Field(
-        0.1,
-        gt=0.0,
-        le=1.0,
-        description="unigram: smoothing of the sampling distribution; BPE: merge-dropout rate",
-    )
-    nbest_size: int = Field(
-        -1, ge=-1, le=1000, description="unigram: sample from the n best (-1: the whole lattice)"
-    )
-    copies: int = Field(1, ge=1, le=100, description="sampled segmentations of each training pair")
-    seed: int = Field(1, ge=0, le=2**31 - 1, description="seed of SentencePiece's sampler")
-
-
-class AuxPairs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    src: str = Field(
-        min_length=1, max_length=32, description="language of the input read as source"
-    )
-    tgt: str = Field(
-        min_length=1, max_length=32, description="language of the input read as target"
-    )
-    src_token: str | None = Field(
-        None, min_length=1, max_length=32, description="its source token (default: src's)"
-    )
-    tgt_token: str | None = Field(
-        None, min_length=1, max_length=32, description="its target token (default: tgt's)"
-    )
-
-
-class BinarizeConfig(PluginConfig):
-    src: str = Field(min_length=1, max_length=32, description="source language of the corpora")
-    tgt: str = Field(min_length=1, max_length=32, description="target language of the corpora")
-    workers: int = Field(1, ge=1, le=128, description="fairseq-preprocess worker processes")
-    src_sampling: SubwordSampling | None = Field(
-        None,
-        description="subword regularization of the training sources: {alpha, nbest_size, "
-        "copies, seed}; unset: the single best segmentation",
-    )
-    src_token: str | None = Field(
-        None,
-        min_length=1,
-        max_length=32,
-        description="with a pretrained model as spm: its language token for the source "
-        "(default: the one of src; HW-TSC §3.3 tags Livonian as Estonian, __et__)",
-    )
-    tgt_token: str | None = Field(
-        None, min_length=1, max_length=32, description="the same for the target"
-    )
-    oov: Literal["unk", "rare"] = Field(
-        "unk",
-        description="with a pretrained model as spm: pieces of the training data its "
-        "dictionary lacks become <unk> (unk) or take over the rows of its rarest entries "
-        "(rare; HW-TSC §3.3's OOV process for Livonian)",
-    )
-    aux: dict[str, AuxPairs] = Field(
-        {},
-        json_schema_extra=HASHED_WHEN_SET,
-        description="with a pretrained model as spm: further training inputs by input role, "
-        "each {src, tgt, src_token, tgt_token}, added to train with their own language tokens "
-        "(HW-TSC §5.3's Et->Liv and Lv->Liv pairs beside En->Liv)",
-    )
-    tags: list[str] = Field(
-        [],
-        json_schema_extra=HASHED_WHEN_SET,
-        max_length=16,
-        description="with a pretrained model as spm and oov: rare: tokens kept one piece where "
-        "a training source starts with them (a tagged back-translation's <BT>)",
-    )
-    cycle_parts: int = Field(
-        1,
-        ge=1,
-        le=1000,
-        description="parts the cycled input is cut into, one a training epoch beside all of "
-        "train (Tran et al. 2021's sharding, Yishu §3.1); 1: no cycled input",
-    )
-
-    @model_validator(mode="after")
-    def _roles(self) -> BinarizeConfig:
-        taken = sorted(set(self.aux) & set(ROLES))
-        if taken:
-            raise ValueError(f"aux: {', '.join(taken)} is an input of binarize itself; name "
-                             "the further inputs otherwise (aux_et, ...)")  # fmt: skip
-        for tag in self.tags:
-            if not re.fullmatch(TOKEN_PATTERN, tag):
-                raise ValueError(f"tags: {tag!r} is not one whitespace-free word")
-        if self.tags and self.oov != "rare":
-            raise ValueError("tags need oov: rare (under oov: unk every tag would be <unk>)")
-        return self
 
 
 class BinarizeStep(Step[BinarizeConfig]):
@@ -340,7 +238,7 @@ class BinarizeStep(Step[BinarizeConfig]):
             for number, chunk in enumerate(batched(corpus, CHUNK)):
                 src, tgt = ([pair[column] for pair in chunk] for column in columns)
                 if isinstance(processor, LanguageTokens):  # a pretrained model's, tagged
-                    src_tagged = [[processor.source, *p] for p in _tagged(processor, src, tags)]
+                    src_tagged = [[processor.source, *p] for p in tagged(processor, src, tags)]
                     tgt_pieces = [[processor.prefix[0], *p] for p in processor.pieces(tgt)]
                 else:
                     tgt_pieces = processor.encode(tgt, out_type=str)
@@ -350,7 +248,7 @@ class BinarizeStep(Step[BinarizeConfig]):
                     elif sampling is None:
                         src_pieces = processor.encode(src, out_type=str)
                     else:
-                        src_pieces = _sampled(processor, src, sampling, (number, copy))
+                        src_pieces = sampled(processor, src, sampling, (number, copy))
                     for encoded_side, handle in zip((src_pieces, tgt_pieces), handles, strict=True):
                         for pieces in encoded_side:
                             if not pieces:
@@ -477,66 +375,12 @@ class BinarizeStep(Step[BinarizeConfig]):
         run_logged(cmd, out / "binarize.log", "fairseq-preprocess", warm=True)
 
 
-def _tagged(processor: LanguageTokens, lines: list[str], tags: frozenset[str]) -> list[list[str]]:
-    """The pieces of each line, a leading word in ``tags`` kept whole."""
-    if not tags:
-        return processor.pieces(lines)
-    heads: list[list[str]] = []
-    rests: list[str] = []
-    for line in lines:
-        word, _, rest = line.partition(" ")
-        tagged = word in tags
-        heads.append([word] if tagged else [])
-        rests.append(rest if tagged else line)
-    return [head + pieces for head, pieces in zip(heads, processor.pieces(rests), strict=True)]
-
-
 def _link(source: Path, link: Path) -> None:
     """A hard link, or a copy where the filesystem has none."""
     try:
         os.link(source, link)
     except OSError:
         shutil.copyfile(source, link)
-
-
-def _sampled(
-    processor: Any, texts: list[str], sampling: SubwordSampling, part: tuple[int, int]
-) -> list[list[str]]:
-    """One sampled segmentation per text. SentencePiece draws from a generator per thread,
-    seeded from the global seed when the thread first samples (a later
-    ``set_random_generator_seed`` does not reseed it), so each part is sampled on a new
-    thread started after setting a seed derived from ``sampling.seed`` and the part's
-    (chunk, copy) number: the same samples in any process, whatever ran before."""
-    import sentencepiece as spm
-
-    key = hashlib.sha256(f"{sampling.seed}:{part[0]}:{part[1]}".encode()).digest()
-    spm.set_random_generator_seed(int.from_bytes(key[:4], "little"))
-    result: list[list[list[str]]] = []
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            result.append(
-                [
-                    processor.encode(
-                        text,
-                        out_type=str,
-                        enable_sampling=True,
-                        alpha=sampling.alpha,
-                        nbest_size=sampling.nbest_size,
-                    )
-                    for text in texts
-                ]
-            )
-        except BaseException as exc:  # re-raised on the calling thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=work, name="spm-sampling")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return result[0]
 
 
 def mmap_length(index: Path) -> int:
