@@ -46,7 +46,9 @@ _WHERE: dict[str, str] = {
     "check_components": "mtcore.contracts.components",
     "component_fields": "mtcore.contracts.components",
     "components": "mtcore.contracts.components",
+    "entry_dict": "mtcore.contracts.components",
     "entry_name": "mtcore.contracts.components",
+    "entry_settings": "mtcore.contracts.components",
     "DataError": "mtcore.contracts.errors",
     "MtcoreError": "mtcore.contracts.errors",
     "PluginError": "mtcore.contracts.errors",
@@ -202,7 +204,9 @@ if TYPE_CHECKING:
         check_components as check_components,
         component_fields as component_fields,
         components as components,
+        entry_dict as entry_dict,
         entry_name as entry_name,
+        entry_settings as entry_settings,
     )
     from mtcore.contracts.errors import (
         DataError as DataError,

@@ -25,6 +25,7 @@ from mtcore.api import (
     check_chain,
     clean_corpus,
     components,
+    entry_name,
 )
 
 
@@ -77,4 +78,4 @@ class CleanStep(Step[CleanConfig]):
 
 
 def _name(entry: dict[str, Any] | str) -> str:
-    return entry if isinstance(entry, str) else str(entry["name"])
+    return str(entry_name(entry))

@@ -17,6 +17,7 @@ from mtcore.api import (
     Step,
     StepContext,
     components,
+    entry_name,
     make_specs,
     score_corpus,
     write_artifact_meta,
@@ -46,7 +47,7 @@ class ScoreStep(Step[ScoreConfig]):
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         problems = super().check(registry)
         for i, entry in enumerate(self.config.filters):
-            name = entry if isinstance(entry, str) else entry.get("name")
+            name = entry_name(entry)
             try:
                 stateful = registry.load("filters", str(name)).stateful
             except PluginError:  # reported by check_components

@@ -18,6 +18,7 @@ NT5 §3.3's two selections as two steps::
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,6 +26,7 @@ from pydantic import Field
 
 from mtcore.api import (
     Budget,
+    ConfigT,
     Corpus,
     PluginError,
     Registry,
@@ -33,6 +35,7 @@ from mtcore.api import (
     StepContext,
     component_specs,
     components,
+    entry_dict,
     select_pool,
 )
 from mtcore_plugins.steps._scores import write_kept, write_scores
@@ -45,25 +48,25 @@ class SelectionConfig(Budget):
     )
 
 
-class SelectionStep(Step[SelectionConfig]):
-    """Outputs ``corpus`` (the kept pairs, in corpus order, bytes unchanged) and ``scores``
-    (their scores, one column named after the selector). Counts ``pairs_in``, ``pairs_out``,
-    ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and
-    ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
+class SelectorRun(Step[ConfigT]):
+    """What a step that runs one selector over the ``corpus`` input does: fit the selector on
+    the other inputs, score the pool, cut by a budget, write the outputs. :class:`SelectionStep`
+    reads the selector and budget from its settings; the older ``knn_select`` and
+    ``topic_select`` kinds derive both from theirs and write their own tables beside."""
 
     parallel = True  # its shards go through ctx.executor
 
-    name = "selection"
-    inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
-    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
+    @abstractmethod
+    def selector_entry(self) -> dict[str, Any]:
+        """The selector as ``{name: ..., <its settings>}``."""
 
-    def _entry(self) -> dict[str, Any]:
-        entry = self.config.selector
-        return {"name": entry} if isinstance(entry, str) else dict(entry)
+    @abstractmethod
+    def budget(self) -> Budget:
+        """What of the selector's candidates is kept."""
 
     def selector(self, registry: Registry) -> Selector:
         """The configured selector plugin (not yet fitted)."""
-        (spec,) = component_specs("selectors", [self._entry()])
+        (spec,) = component_specs("selectors", [self.selector_entry()])
         try:
             plugin = spec.configured(registry)
         except TypeError as exc:  # an abstract method left out
@@ -83,13 +86,38 @@ class SelectionStep(Step[SelectionConfig]):
                 f"connect them under the step's inputs (connected: {have})"
             )
         selector.fit(ctx, pool, inputs)
-        selection = select_pool(ctx, pool, selector, self.config)
+        selection = select_pool(ctx, pool, selector, self.budget())
         write_kept(ctx.output("corpus"), pool, selection.keep)
-        kept = selection.scores[selection.keep]
-        write_scores(ctx.output("scores"), [selector.name], kept[:, None])
+        self.write(ctx, selector, selection.keep, selection.scores)
         for key, count in selection.counts.items():
             ctx.stats.add(key, count)
+        kept = selection.scores[selection.keep]
         finite = kept[~np.isnan(kept)]
         if len(finite):
             worst = finite.min() if selector.higher_is_better else finite.max()
             ctx.metrics["cut_score"] = float(worst)
+
+    def write(
+        self, ctx: StepContext, selector: Selector, keep: np.ndarray, scores: np.ndarray
+    ) -> None:
+        """The outputs besides ``corpus`` (every pair's ``scores``, the ``keep`` mask): by
+        default ``scores``, the kept pairs' scores."""
+        kept = scores[keep]
+        write_scores(ctx.output("scores"), [selector.name], kept[:, None])
+
+
+class SelectionStep(SelectorRun[SelectionConfig]):
+    """Outputs ``corpus`` (the kept pairs, in corpus order, bytes unchanged) and ``scores``
+    (their scores, one column named after the selector). Counts ``pairs_in``, ``pairs_out``,
+    ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and
+    ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
+
+    name = "selection"
+    inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
+
+    def selector_entry(self) -> dict[str, Any]:
+        return dict(entry_dict(self.config.selector))
+
+    def budget(self) -> Budget:
+        return self.config
