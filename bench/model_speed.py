@@ -157,7 +157,7 @@ def trainer(
 
 def vanilla_settings(arch: str) -> tuple[str, dict[str, Any]]:
     """fairseq's ``transformer`` with the preset's sizes and LayerNorm placement."""
-    from mtcore_plugins.models.zoo import all_presets
+    from mtcore_plugins.models.presets import all_presets
 
     preset = all_presets()[arch]
     settings = {k: v for k, v in preset.settings.items() if k not in EXTENSION_KEYS}

@@ -491,7 +491,7 @@ def test_every_preset_and_the_criterion_are_registered_by_the_default_plugin() -
     from fairseq.criterions import CRITERION_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from mtcore_plugins.models.zoo import all_presets, tiny_presets
+    from mtcore_plugins.models.presets import all_presets, tiny_presets
 
     PRESETS = all_presets()
 
@@ -660,7 +660,7 @@ def tiny_cases() -> list[Any]:
     family code at other sizes, about 30 s each) in make test-long: CI of b6f6b14 took
     3,632 s, over its hour. Each family's code stays covered in CI: the families the smoke
     runs train (``SMOKE_FAMILIES``) are left to them (CI of 1e89591 took 3,951 s)."""
-    from mtcore_plugins.models.zoo import all_presets, tiny_presets
+    from mtcore_plugins.models.presets import all_presets, tiny_presets
 
     PRESETS = all_presets()
 

@@ -7,9 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from mtcore_plugins.models.extension import ModelFamily, user_dir
-from mtcore_plugins.models.zoo import BIG, NT5_TABLE4, PRE_LN, TRANSFORMER, builtin_models, dims
+from mtcore_plugins.models.zoo import BIG, NT5_TABLE4, PRE_LN, TRANSFORMER, Preset, dims
 
-__all__ = ["PRESETS", "TransformerPresets", "register_everything", "user_dir"]
+__all__ = [
+    "PRESETS",
+    "TransformerPresets",
+    "all_presets",
+    "builtin_models",
+    "register_everything",
+    "tiny_presets",
+    "user_dir",
+]
 
 # arch name -> settings applied over fairseq's transformer base_architecture (only where the
 # command line did not set them: fairseq passes unset model arguments as absent).
@@ -144,3 +152,25 @@ def register_everything() -> None:
             ModelFamily.register(plugin)  # not TransformerPresets.register: that is this
         else:
             plugin.register()
+
+
+def builtin_models() -> list[type[Any]]:
+    """The ``mtcore.models`` plugin classes this package declares (its entry points)."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="mtcore.models")
+    return [ep.load() for ep in found if ep.value.startswith("mtcore_plugins.models.")]
+
+
+def all_presets() -> dict[str, Preset]:
+    """Every built-in family's presets, by architecture name."""
+    out = {}
+    for cls in builtin_models():
+        if issubclass(cls, ModelFamily):
+            for name, settings in cls.presets.items():
+                out[name] = Preset(cls.model, cls.name, dict(settings))
+    return out
+
+
+def tiny_presets() -> list[str]:
+    return sorted(name for name in all_presets() if name.endswith("_tiny"))

@@ -1,7 +1,7 @@
 """What the model families' presets are made of: the papers' sizes (NT5 Table 4,
 Transformer-Big, pre-LN), :func:`dims`, and the fairseq architecture function of a preset. Each
 family declares its own presets (:class:`~mtcore_plugins.models.extension.ModelFamily`); the
-catalogue of every built-in one (:func:`all_presets`) is read from the families. Importing this
+catalogue of every built-in one is :func:`mtcore_plugins.models.presets.all_presets`. Importing this
 module does not import fairseq.
 """
 
@@ -29,30 +29,6 @@ class Preset:
     model: str
     family: str  # the mtcore.models plugin that registers it
     settings: dict[str, Any] = field(default_factory=dict)
-
-
-def builtin_models() -> list[type[Any]]:
-    """The ``mtcore.models`` plugin classes this package declares (its entry points)."""
-    from importlib.metadata import entry_points
-
-    found = entry_points(group="mtcore.models")
-    return [ep.load() for ep in found if ep.value.startswith(f"{__package__}.")]
-
-
-def all_presets() -> dict[str, Preset]:
-    """Every built-in family's presets, by architecture name."""
-    from mtcore_plugins.models.extension import ModelFamily
-
-    out = {}
-    for cls in builtin_models():
-        if issubclass(cls, ModelFamily):
-            for name, settings in cls.presets.items():
-                out[name] = Preset(cls.model, cls.name, dict(settings))
-    return out
-
-
-def tiny_presets() -> list[str]:
-    return sorted(name for name in all_presets() if name.endswith("_tiny"))
 
 
 def dims(d: int, ffn: int, heads: int, enc: int, dec: int, **extra: Any) -> dict[str, Any]:

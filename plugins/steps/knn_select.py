@@ -7,8 +7,8 @@ each once, in corpus order. ``max_pairs`` caps the union: its pairs with the hig
 cosine are kept (ties to the earlier pair), which is how a recipe asks for NT5's 4,000.
 
 The older spelling of the ``selection`` step with ``selector: {name: knn, ...}`` and
-``top_k: <max_pairs>``, which it runs (:class:`~mtcore_plugins.steps.selection.SelectorRun`);
-it keeps its settings, and so its hash, and adds the ``neighbours`` table.
+``top_k: <max_pairs>``, which it runs (``_selector_run.SelectorRun``); it keeps its settings,
+and so its hash, and adds the ``neighbours`` table.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mtcore_plugins.common.similarity.knn import (
     KnnConfig,
     shard_top_k as shard_top_k,  # where tests and older code import it from
 )
-from mtcore_plugins.steps.selection import SelectorRun
+from mtcore_plugins.steps._selector_run import SelectorRun
 
 
 class KnnSelectConfig(KnnConfig):

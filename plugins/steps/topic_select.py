@@ -2,11 +2,11 @@
 or rare words with the test-set source, for in-domain fine-tuning.
 
 The older spelling of the ``selection`` step with ``selector: {name: topic, ...}`` and its
-``top_k``/``top_fraction``, which it runs (:class:`~mtcore_plugins.steps.selection.SelectorRun`;
-the reading of the paper is written out in :mod:`mtcore_plugins.common.similarity.topic`); it
-keeps its settings, and so its hash. Outputs the selected pairs, a score table aligned with the
-input (columns ``topic.score`` and ``topic.terms``) for ``select`` and reports, and the topic
-terms with their document frequencies.
+``top_k``/``top_fraction``, which it runs (``_selector_run.SelectorRun``; the reading of the
+paper is written out in :mod:`mtcore_plugins.common.similarity.topic`); it keeps its settings,
+and so its hash. Outputs the selected pairs, a score table aligned with the input (columns
+``topic.score`` and ``topic.terms``) for ``select`` and reports, and the topic terms with their
+document frequencies.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from mtcore.api import Budget, Selector, StepContext
 from mtcore_plugins.common.similarity.topic import TopicConfig
 from mtcore_plugins.steps._scores import write_scores
-from mtcore_plugins.steps.selection import SelectorRun
+from mtcore_plugins.steps._selector_run import SelectorRun
 
 
 class TopicSelectConfig(TopicConfig):
