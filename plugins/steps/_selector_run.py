@@ -10,12 +10,10 @@ import numpy as np
 
 from mtcore.api import (
     Budget,
-    ConfigT,
     Corpus,
     PluginError,
     Registry,
     Selector,
-    Step,
     StepContext,
     component_specs,
     select_pool,
@@ -23,11 +21,12 @@ from mtcore.api import (
 from mtcore_plugins.steps._scores import write_kept, write_scores
 
 
-class SelectorRun(Step[ConfigT]):
-    """What a step that runs one selector over the ``corpus`` input does: fit the selector on
-    the other inputs, score the pool, cut by a budget, write the outputs. :class:`SelectionStep`
-    reads the selector and budget from its settings; the older ``knn_select`` and
-    ``topic_select`` kinds derive both from theirs and write their own tables beside."""
+class SelectorRun:
+    """Mixin of a step (``class SelectionStep(SelectorRun, Step[SelectionConfig])``) that runs
+    one selector over the ``corpus`` input: fit the selector on the other inputs, score the
+    pool, cut by a budget, write the outputs. ``selection`` reads the selector and budget from
+    its settings; the older ``knn_select`` and ``topic_select`` derive both from theirs and
+    write their own tables beside."""
 
     parallel = True  # its shards go through ctx.executor
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import Budget, Selector, StepContext
+from mtcore.api import Budget, Selector, Step, StepContext
 from mtcore_plugins.common.similarity.knn import (
     KnnConfig,
     shard_top_k as shard_top_k,  # where tests and older code import it from
@@ -36,7 +36,7 @@ class KnnSelectConfig(KnnConfig):
     )
 
 
-class KnnSelectStep(SelectorRun[KnnSelectConfig]):
+class KnnSelectStep(SelectorRun, Step[KnnSelectConfig]):
     """Outputs ``corpus`` (the selected pairs, corpus order) and ``neighbours/neighbours.tsv``
     (domain line, rank, corpus line, cosine; lines numbered from 1)."""
 

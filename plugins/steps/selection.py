@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from mtcore.api import Budget, components, entry_dict
+from mtcore.api import Budget, Step, components, entry_dict
 from mtcore_plugins.steps._selector_run import SelectorRun
 
 
@@ -33,7 +33,7 @@ class SelectionConfig(Budget):
     )
 
 
-class SelectionStep(SelectorRun[SelectionConfig]):
+class SelectionStep(SelectorRun, Step[SelectionConfig]):
     """Outputs ``corpus`` (the kept pairs, in corpus order, bytes unchanged) and ``scores``
     (their scores, one column named after the selector). Counts ``pairs_in``, ``pairs_out``,
     ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and

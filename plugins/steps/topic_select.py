@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.api import Budget, Selector, StepContext
+from mtcore.api import Budget, Selector, Step, StepContext
 from mtcore_plugins.common.similarity.topic import TopicConfig
 from mtcore_plugins.steps._scores import write_scores
 from mtcore_plugins.steps._selector_run import SelectorRun
@@ -37,7 +37,7 @@ class TopicSelectConfig(TopicConfig):
         return self
 
 
-class TopicSelectStep(SelectorRun[TopicSelectConfig]):
+class TopicSelectStep(SelectorRun, Step[TopicSelectConfig]):
     """Outputs ``corpus`` (related pairs, corpus order), ``scores`` (one row per input pair:
     shared TF-IDF weight and number of shared topic terms) and ``terms/terms.tsv`` (each topic
     term with its document frequency and idf)."""
