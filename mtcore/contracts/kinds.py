@@ -1,7 +1,8 @@
 """The nine component plugin kinds and their contracts (sources, filters, processors,
-augmenters, metrics, models, scorers, tuners, executors), and the optional ability of a filter
-to fit a corpus-level model (:class:`CorpusFit`). Steps are :mod:`mtcore.contracts.step`'s,
-schedulers :mod:`mtcore.contracts.scheduler`'s."""
+augmenters, metrics, models, scorers, tuners, executors), the optional ability of a filter to
+fit a corpus-level model (:class:`CorpusFit`), and the lookup of another step's artifact that
+filters, metrics, scorers and selectors share (:func:`connected_input`, :class:`ReadsInputs`).
+Steps are :mod:`mtcore.contracts.step`'s, schedulers :mod:`mtcore.contracts.scheduler`'s."""
 
 from __future__ import annotations
 
