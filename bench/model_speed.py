@@ -157,9 +157,10 @@ def trainer(
 
 def vanilla_settings(arch: str) -> tuple[str, dict[str, Any]]:
     """fairseq's ``transformer`` with the preset's sizes and LayerNorm placement."""
-    from mtcore_plugins.models.zoo import PRESETS
+    from mtcore_plugins.models.presets import all_presets
 
-    settings = {k: v for k, v in PRESETS[arch].settings.items() if k not in EXTENSION_KEYS}
+    preset = all_presets()[arch]
+    settings = {k: v for k, v in preset.settings.items() if k not in EXTENSION_KEYS}
     return "transformer", settings
 
 

@@ -42,7 +42,9 @@ _WHERE: dict[str, str] = {
     "ComponentField": "mtcore.contracts.components",
     "check_components": "mtcore.contracts.components",
     "component_fields": "mtcore.contracts.components",
+    "entry_dict": "mtcore.contracts.components",
     "entry_name": "mtcore.contracts.components",
+    "entry_settings": "mtcore.contracts.components",
     "identity_dict": "mtcore.contracts.identity",
     "ignored_when": "mtcore.contracts.identity",
     "CatalogEntry": "mtcore.contracts.kinds",
@@ -161,7 +163,9 @@ if TYPE_CHECKING:
         ComponentField as ComponentField,
         check_components as check_components,
         component_fields as component_fields,
+        entry_dict as entry_dict,
         entry_name as entry_name,
+        entry_settings as entry_settings,
     )
     from mtcore.contracts.identity import (
         identity_dict as identity_dict,

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from mtcore.chain.selection import Selector
-from mtcore.contracts.components import component_fields
+from mtcore.contracts.components import component_fields, entry_dict, entry_settings
 from mtcore.contracts.errors import PluginError
 from mtcore.contracts.kinds import Augmenter, CorpusFit, Filter, Processor, Scorer
 from mtcore.contracts.plugin import Plugin
@@ -90,13 +90,13 @@ def component_specs(
     specs = []
     used: dict[str, int] = {}
     for entry in entries:
-        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+        entry = entry_dict(entry)
         name = str(entry["name"])
         used[name] = used.get(name, 0) + 1
         label = name if used[name] == 1 else f"{name}#{used[name]}"
         if label_key and entry.get(label_key):
             label = str(entry[label_key])
-        settings = {k: v for k, v in entry.items() if k != "name" and k not in engine_keys}
+        settings = entry_settings(entry, engine_keys)
         engine = {k: v for k, v in entry.items() if k in engine_keys}
         specs.append(ComponentSpec(kind, name, label, _frozen(settings), _frozen(engine)))
     return tuple(specs)

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from mtcore.chain.components import ComponentSpec, component_specs
 from mtcore.chain.ranking import KeepSpec
+from mtcore.contracts.components import entry_name
 from mtcore.contracts.errors import PluginError
 from mtcore.contracts.kinds import Filter
 from mtcore.contracts.registry import Registry, load_registry
@@ -78,11 +79,11 @@ def check_chain(registry: Registry, entries: Sequence[Any], where: str) -> list[
                 loc = ".".join(str(p) for p in error["loc"])
                 problems.append((f"{where}.{i}.keep{'.' + loc if loc else ''}", error["msg"]))
         try:
-            cls = registry.load("filters", str(entry.get("name")))
+            cls = registry.load("filters", str(entry_name(entry)))
         except PluginError:
             continue  # reported by check_components
         if cls.stateful or cls.higher_is_better is None:
-            problems.append((f"{where}.{i}.keep", f"filter {entry.get('name')!r} cannot be ranked"))
+            problems.append((f"{where}.{i}.keep", f"filter {entry_name(entry)!r} cannot be ranked"))
     return problems
 
 

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from mtcore.chain.ranking import KeepSpec, ranked_cut
 from mtcore.contracts.errors import PluginError
+from mtcore.contracts.kinds import connected_input
 from mtcore.contracts.plugin import ConfigT, Plugin, PluginConfig
 
 if TYPE_CHECKING:
@@ -55,13 +56,7 @@ class Selector(Plugin[ConfigT], ABC):
 
     def resource(self, inputs: Mapping[str, Path], role: str) -> Path:
         """The artifact directory connected to ``role``; a clear error when it is not."""
-        if role not in inputs:
-            have = ", ".join(sorted(inputs)) or "none"
-            raise PluginError(
-                f"selector {self.name!r} needs the step input {role!r} (connect it under the "
-                f"step's inputs; connected: {have})"
-            )
-        return inputs[role]
+        return connected_input(inputs, role, f"selector {self.name!r}")
 
     @abstractmethod
     def fit(self, ctx: StepContext, pool: Corpus, inputs: Mapping[str, Path]) -> None:

@@ -4,7 +4,7 @@ versions read that one declaration."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,22 @@ def entry_name(entry: Any) -> str | None:
     return None if name is None else str(name)
 
 
+def entry_dict(entry: Any) -> Any:
+    """A component entry as a mapping: a name becomes ``{"name": name}``, a mapping is copied;
+    anything else is returned as is, for validation to reject."""
+    if isinstance(entry, str):
+        return {"name": entry}
+    return dict(entry) if isinstance(entry, dict) else entry
+
+
+def entry_settings(entry: Any, skip: Collection[str] = ()) -> dict[str, Any]:
+    """The plugin's settings of a component entry: every key but ``name`` and ``skip`` (the
+    keys that belong to the step, such as a filter's ``keep``)."""
+    if not isinstance(entry, dict):
+        return {}
+    return {k: v for k, v in entry.items() if k != "name" and k not in skip}
+
+
 def pydantic_problems(
     exc: ValidationError, prefix: str = "", strip_prefix: tuple[str, ...] = ()
 ) -> list[str]:
@@ -106,10 +122,7 @@ def check_components(
         except PluginError as exc:
             problems.append((f"{field}.{i}.name", str(exc)))
             continue
-        skip = ("name", *reserved)
-        settings = (
-            {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k not in skip}
-        )
+        settings = entry_settings(entry, reserved)
         try:
             cls.Config.model_validate(settings)
         except ValidationError as exc:

@@ -1,7 +1,8 @@
 """The nine component plugin kinds and their contracts (sources, filters, processors,
-augmenters, metrics, models, scorers, tuners, executors), and the optional ability of a filter
-to fit a corpus-level model (:class:`CorpusFit`). Steps are :mod:`mtcore.contracts.step`'s,
-schedulers :mod:`mtcore.contracts.scheduler`'s."""
+augmenters, metrics, models, scorers, tuners, executors), the optional ability of a filter to
+fit a corpus-level model (:class:`CorpusFit`), and the lookup of another step's artifact that
+filters, metrics, scorers and selectors share (:func:`connected_input`, :class:`ReadsInputs`).
+Steps are :mod:`mtcore.contracts.step`'s, schedulers :mod:`mtcore.contracts.scheduler`'s."""
 
 from __future__ import annotations
 
@@ -81,7 +82,34 @@ class Source(Plugin[ConfigT]):
         return exc
 
 
-class Filter(Plugin[ConfigT]):
+def connected_input(inputs: Mapping[str, Path], role: str, owner: str) -> Path:
+    """The artifact directory connected to the step input ``role``; a clear error naming
+    ``owner`` (``filter 'lm'``) when the recipe did not connect it."""
+    if role not in inputs:
+        have = ", ".join(sorted(inputs)) or "none"
+        raise PluginError(
+            f"{owner} needs the step input {role!r} (connect it under the step's inputs; "
+            f"connected: {have})"
+        )
+    return Path(inputs[role])
+
+
+class ReadsInputs:
+    """Mixin of the kinds whose plugins may read other steps' artifacts (filters, metrics,
+    scorers): ``setup`` keeps the role -> directory mapping in ``resources``, and
+    :meth:`resource` looks one up."""
+
+    name: ClassVar[str]
+    noun: ClassVar[str] = "plugin"
+    resources: dict[str, Path]
+
+    def resource(self, role: str) -> Path:
+        """The artifact directory connected to the step's input ``role``; a clear error when
+        the recipe did not connect it."""
+        return connected_input(getattr(self, "resources", {}), role, f"{self.noun} {self.name!r}")
+
+
+class Filter(ReadsInputs, Plugin[ConfigT]):
     """OpusFilter's split: ``score`` a batch, then ``accept`` each score.
 
     ``score`` receives a list of pairs and returns a list of the same length, in the same order;
@@ -106,6 +134,8 @@ class Filter(Plugin[ConfigT]):
     once, before any shard is scored, and every scoring process reads the result through
     ``use_fit``, so a pair's score does not depend on the shard it is scored in.
     """
+
+    noun = "filter"
 
     stateful: ClassVar[bool] = False
     higher_is_better: ClassVar[bool | None] = None
@@ -132,17 +162,6 @@ class Filter(Plugin[ConfigT]):
         """Whether the engine scores whole shards with this filter (after :meth:`setup`); by
         default the class's ``vectorized``."""
         return type(self).vectorized
-
-    def resource(self, role: str) -> Path:
-        """The artifact directory connected to the step's input ``role``; a clear error when
-        the recipe did not connect it."""
-        if role not in self.resources:
-            have = ", ".join(sorted(self.resources)) or "none"
-            raise PluginError(
-                f"filter {self.name!r} needs the step input {role!r} (connect it under the "
-                f"step's inputs; connected: {have})"
-            )
-        return self.resources[role]
 
     def score(self, batch: Sequence[Pair]) -> Sequence[Any]:
         raise NotImplementedError
@@ -238,7 +257,7 @@ class Augmenter(Plugin[ConfigT]):
         raise NotImplementedError
 
 
-class Metric(Plugin[ConfigT]):
+class Metric(ReadsInputs, Plugin[ConfigT]):
     """Corpus score with a reproducibility signature. A metric that decomposes into
     per-segment sufficient statistics (BLEU, as sacrebleu's base ``Metric`` does with
     ``_extract_corpus_statistics`` and ``_compute_score_from_stats``) also implements
@@ -256,23 +275,14 @@ class Metric(Plugin[ConfigT]):
     artifact another step made (a model fetched by id) names the evaluate step's input role in
     its settings; ``setup`` receives the role -> artifact directory mapping before scoring."""
 
+    noun = "metric"
+
     needs_source: ClassVar[bool] = False
     needs_reference: ClassVar[bool] = True
     heavy: ClassVar[bool] = False
 
     def setup(self, resources: Mapping[str, Path] | None = None) -> None:
         self.resources = dict(resources or {})
-
-    def resource(self, role: str) -> Path:
-        """The artifact directory connected to the step's input ``role``."""
-        resources = getattr(self, "resources", {})
-        if role not in resources:
-            have = ", ".join(sorted(resources)) or "none"
-            raise PluginError(
-                f"metric {self.name!r} needs the step input {role!r} (connect it under the "
-                f"step's inputs; connected: {have})"
-            )
-        return Path(resources[role])
 
     def segment_scores(
         self,
@@ -332,7 +342,7 @@ class Model(Plugin[ConfigT]):
         return None
 
 
-class Scorer(Plugin[ConfigT]):
+class Scorer(ReadsInputs, Plugin[ConfigT]):
     """A rerank feature: ``score`` takes a batch of (source, hypothesis) pairs and returns one
     float per pair, same order; higher means better for the feature's own reading (a tuner
     learns the weight, and so the sign). The step names the feature column (the plugin's name
@@ -342,19 +352,11 @@ class Scorer(Plugin[ConfigT]):
     language model) names the rerank step's input role in its settings; ``setup`` receives the
     languages and the role -> artifact directory mapping, once per process."""
 
+    noun = "scorer"
+
     def setup(self, src: str, tgt: str, resources: Mapping[str, Path] | None = None) -> None:
         self.src, self.tgt = src, tgt
         self.resources = dict(resources or {})
-
-    def resource(self, role: str) -> Path:
-        """The artifact directory connected to the step's input ``role``."""
-        if role not in self.resources:
-            have = ", ".join(sorted(self.resources)) or "none"
-            raise PluginError(
-                f"scorer {self.name!r} needs the step input {role!r} (connect it under the "
-                f"step's inputs; connected: {have})"
-            )
-        return self.resources[role]
 
     @abstractmethod
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:

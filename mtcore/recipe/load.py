@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mtcore.contracts.components import pydantic_problems
+from mtcore.contracts.components import entry_dict, pydantic_problems
 from mtcore.contracts.errors import PluginError, RecipeError
 from mtcore.contracts.plugin import Plugin, PluginConfig
 from mtcore.contracts.registry import Registry, suggest
@@ -44,7 +44,7 @@ class ExecutorSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _bare_name(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
+        return entry_dict(value)
 
     def settings(self) -> dict[str, Any]:
         """The plugin's settings: every key but ``name``, ``workers`` only when given."""
@@ -65,7 +65,7 @@ class SchedulerSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _bare_name(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
+        return entry_dict(value)
 
     def settings(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

@@ -14,6 +14,7 @@ from typing import Any
 from mtcore.contracts.registry import Registry
 from mtcore.recipe.hashing import hash_json
 from mtcore.recipe.load import Recipe, StepSpec, split_reference
+from mtcore.recipe.paths import finished_dir, step_dirname
 
 HASH_LEN = 12
 FORMAT_VERSION = 1  # bump when the on-disk layout of step outputs changes
@@ -33,7 +34,7 @@ class PlannedStep:
 
     @property
     def dirname(self) -> str:
-        return f"{self.spec.id}-{self.hash}"
+        return step_dirname(self.spec.id, self.hash)
 
 
 def topological_order(steps: dict[str, StepSpec]) -> list[str]:
@@ -105,4 +106,4 @@ def _ancestors(steps: dict[str, StepSpec], target: str) -> set[str]:
 
 
 def step_dir(workdir: Path, planned: PlannedStep) -> Path:
-    return workdir / "steps" / planned.dirname
+    return finished_dir(workdir, planned.dirname)

@@ -28,6 +28,7 @@ import jinja2
 
 from mtcore.contracts.errors import MtcoreError
 from mtcore.exec.files import replace_file
+from mtcore.recipe.paths import finished_dir, work_dir
 from mtcore.report import page_data
 from mtcore.report.page_charts import (
     PALETTE as PALETTE,
@@ -98,8 +99,8 @@ def collect(
     ended = {} if result is None else {r.planned.id: r.status for r in result.results}
     steps = []
     for entry in plan["steps"]:
-        final = workdir / "steps" / entry["dir"]
-        work = workdir / "steps" / ".partial" / entry["dir"]
+        final = finished_dir(workdir, entry["dir"])
+        work = work_dir(workdir, entry["dir"])
         manifest: dict[str, Any] = {}
         folder: Path | None = None
         if (final / "manifest.json").exists():

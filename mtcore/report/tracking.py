@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from mtcore import __version__
 from mtcore.contracts.errors import MtcoreError
 from mtcore.contracts.hooks import hookimpl
+from mtcore.recipe.paths import finished_dir, work_dir
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
@@ -245,7 +246,7 @@ class MlflowTracker:
         with self.lock:
             self.running.pop(step_id, None)
             run_id = self._child(planned, "ran")
-            self._log_curves(run_id, kind, self.workdir / "steps" / planned.dirname)
+            self._log_curves(run_id, kind, finished_dir(self.workdir, planned.dirname))
             self._log_manifest(run_id, manifest, "ran")
             self.client.set_terminated(run_id, status="FINISHED")
             self.finished.add(planned.dirname)
@@ -435,7 +436,7 @@ class MlflowTracker:
                 return
             for step_id, kind in list(self.running.items()):
                 planned = self.plan[step_id]
-                folder = self.workdir / "steps" / ".partial" / planned.dirname
+                folder = work_dir(self.workdir, planned.dirname)
                 if folder.exists():
                     self._log_curves(self.children[planned.dirname], kind, folder)
 

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from mtcore.contracts.errors import MtcoreError
 from mtcore.recipe.hashing import content_hash, hash_file, hash_json
+from mtcore.recipe.paths import beside, quarantine_dir
 
 MANIFEST = "manifest.json"
 log = logging.getLogger("mtcore")
@@ -126,7 +127,7 @@ def unlisted(final: Path) -> list[str]:
 def quarantine(workdir: Path, final: Path) -> Path:
     """Moves a damaged step out of the way (``steps/.quarantine/<id>-<hash>.<time>``), kept for
     a look; the next run runs the step again."""
-    folder = workdir / "steps" / ".quarantine"
+    folder = quarantine_dir(workdir)
     folder.mkdir(parents=True, exist_ok=True)
     stamp = f"{final.name}.{time.strftime('%Y%m%d-%H%M%S')}"
     number = 0
@@ -196,7 +197,7 @@ class ContentIndex:
 def adopt(source: Path, final: Path, updates: dict[str, Any]) -> dict[str, Any]:
     """Puts ``source``'s files at ``final`` (hard links; copies where the file system refuses)
     with ``source``'s manifest updated by ``updates``; returns that manifest."""
-    staging = final.parent / ".partial" / f"{final.name}.reused"
+    staging = beside(final, ".reused")
     shutil.rmtree(staging, ignore_errors=True)
     staging.parent.mkdir(parents=True, exist_ok=True)
     top = str(source)  # the manifest is written anew, never through a link to the source's
@@ -209,7 +210,7 @@ def adopt(source: Path, final: Path, updates: dict[str, Any]) -> dict[str, Any]:
     )
     manifest = {**read_manifest(source), **updates, "reused_from": source.name}
     write_manifest(staging, manifest)
-    shutil.rmtree(final.parent / ".partial" / final.name, ignore_errors=True)
+    shutil.rmtree(beside(final), ignore_errors=True)
     if final.exists():  # an incomplete leftover without manifest
         shutil.rmtree(final)
     os.rename(staging, final)

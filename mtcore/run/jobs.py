@@ -41,6 +41,7 @@ from mtcore.contracts.kinds import Executor
 from mtcore.contracts.registry import Registry
 from mtcore.contracts.step import Artifact, StepContext, config_dict
 from mtcore.exec.files import replace_file
+from mtcore.recipe import paths
 from mtcore.recipe.hashing import hash_tree, linked_files
 from mtcore.recipe.load import Recipe, build_recipe, split_reference
 from mtcore.recipe.plan import PlannedStep, make_plan, step_dir
@@ -70,15 +71,15 @@ PASSED_ENV = (
 
 
 def partial_dir(workdir: Path, planned: PlannedStep) -> Path:
-    return workdir / "steps" / ".partial" / planned.dirname
+    return paths.work_dir(workdir, planned.dirname)
 
 
 def job_dir(workdir: Path, planned: PlannedStep) -> Path:
-    return workdir / "steps" / ".partial" / f"{planned.dirname}.job"
+    return paths.job_dir(workdir, planned.dirname)
 
 
 def step_log(workdir: Path, planned: PlannedStep) -> Path:
-    return workdir / "logs" / "steps" / f"{planned.dirname}.log"
+    return paths.log_file(workdir, planned.dirname)
 
 
 def step_inputs(

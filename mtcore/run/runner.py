@@ -28,6 +28,7 @@ from mtcore.contracts.resources import default_slots
 from mtcore.contracts.step import config_dict
 from mtcore.recipe.hashing import owner_only
 from mtcore.recipe.load import Recipe
+from mtcore.recipe.paths import steps_root
 from mtcore.recipe.plan import PlannedStep, make_plan, step_dir
 from mtcore.run.cache import (
     MANIFEST,
@@ -156,7 +157,7 @@ class Runner:
 
         plan = make_plan(self.recipe, self.registry, until)
         self.planned = {p.id: p for p in plan}
-        self._index = ContentIndex(self.workdir / "steps")
+        self._index = ContentIndex(steps_root(self.workdir))
         with workdir_lock(self.workdir), run_log(self.workdir) as log_file:
             self._write_resolved()
             self._write_plan(plan)

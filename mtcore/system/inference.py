@@ -33,6 +33,7 @@ from mtcore.contracts.stats import Stats
 from mtcore.contracts.step import Artifact, StepContext, config_dict
 from mtcore.data.corpus import Corpus, CorpusWriter, InputPolicy, LineReader
 from mtcore.recipe.load import Recipe, split_reference
+from mtcore.recipe.paths import step_dirname
 from mtcore.recipe.plan import PlannedStep, make_plan, step_dir, topological_order
 from mtcore.run.runner import is_complete, run_plugin
 
@@ -282,7 +283,7 @@ class Translator:
                 inputs[role] = Artifact.open(made[step] / output)
             else:
                 inputs[role] = Artifact.open(Path(what))
-        work = root / f"{replay.id}-{replay.hash}"
+        work = root / step_dirname(replay.id, replay.hash)
         work.mkdir()
         ctx = StepContext(
             step_id=replay.id,

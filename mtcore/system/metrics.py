@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtcore.contracts.components import entry_name, entry_settings
 from mtcore.contracts.errors import DataError, PluginError
 from mtcore.contracts.kinds import Metric
 from mtcore.contracts.registry import Registry
@@ -51,12 +52,8 @@ def check_lengths(hyps: Sequence[str], refs: Sequence[Sequence[str]], names: Seq
 def build_metrics(registry: Registry, entries: Sequence[str | dict[str, Any]]) -> list[Metric]:
     metrics = []
     for entry in entries:
-        name, values = (
-            (entry, {})
-            if isinstance(entry, str)
-            else (str(entry["name"]), {k: v for k, v in entry.items() if k != "name"})
-        )
-        plugin = registry.load("metrics", name).from_dict(values)
+        name = str(entry_name(entry))
+        plugin = registry.load("metrics", name).from_dict(entry_settings(entry))
         if not isinstance(plugin, Metric):
             raise PluginError(f"metric {name!r} is not a Metric")
         metrics.append(plugin)

@@ -16,6 +16,7 @@ import numpy as np
 
 from mtcore.contracts.errors import MtcoreError
 from mtcore.contracts.registry import Registry
+from mtcore.recipe.paths import finished_dir, step_dirname
 from mtcore.system.metrics import build_metrics
 
 SEGMENT_SCORES = "segments.jsonl"
@@ -49,9 +50,8 @@ def texts(workdir: Path, reference: dict[str, str], lang: str | None = None) -> 
     """The ``lang`` column (the only one by default) of the corpus a manifest input names."""
     from mtcore.data.corpus import Corpus
 
-    corpus = Corpus.open(
-        workdir / "steps" / f"{reference['step']}-{reference['hash']}" / reference["output"]
-    )
+    dirname = step_dirname(reference["step"], reference["hash"])
+    corpus = Corpus.open(finished_dir(workdir, dirname) / reference["output"])
     column = corpus.langs.index(lang) if lang else 0
     return [pair[column] for pair in corpus]
 
@@ -78,7 +78,8 @@ def paired_metrics(
 
 def segment_scores(workdir: Path, manifest: dict[str, Any]) -> dict[str, list[float]]:
     """Metric -> its segment scores, as the evaluate step kept them (``SEGMENT_SCORES``)."""
-    path = workdir / "steps" / f"{manifest['id']}-{manifest['hash']}" / "scores" / SEGMENT_SCORES
+    dirname = step_dirname(manifest["id"], manifest["hash"])
+    path = finished_dir(workdir, dirname) / "scores" / SEGMENT_SCORES
     if not path.is_file():
         return {}
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

@@ -1,13 +1,23 @@
-"""Transformer presets registered into fairseq's architecture registry under ``mtcore_*`` names."""
+"""Transformer presets registered into fairseq's architecture registry under ``mtcore_*`` names:
+the ``mtcore_transformer_*`` sizes and the papers' plain-Transformer configurations, all of
+fairseq's ``transformer`` model."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from mtcore.api import Model, PluginConfig
-from mtcore_plugins.models.zoo import NT5_TABLE4, of_family
+from mtcore_plugins.models.extension import ModelFamily, user_dir
+from mtcore_plugins.models.zoo import BIG, NT5_TABLE4, PRE_LN, TRANSFORMER, Preset, dims
+
+__all__ = [
+    "PRESETS",
+    "TransformerPresets",
+    "all_presets",
+    "builtin_models",
+    "register_everything",
+    "tiny_presets",
+    "user_dir",
+]
 
 # arch name -> settings applied over fairseq's transformer base_architecture (only where the
 # command line did not set them: fairseq passes unset model arguments as absent).
@@ -91,73 +101,76 @@ PRESETS: dict[str, dict[str, Any]] = {
         }
         for name, (enc_layers, enc_ffn, dec_layers, dec_ffn) in NT5_TABLE4.items()
     },
+    # The plain-Transformer presets of the papers (fairseq's ``transformer`` model), each with a
+    # tiny twin. NT5: the tiny twin of §3.2's initial model (Transformer-big, FFN 4096: no B2T,
+    # no RPE), the same size as the tiny ensemble members so that stages compare data, not
+    # model size.
+    "mtcore_nt5_initial_tiny": dims(64, 512, 4, 2, 2),
+    # Xiaomi §3.1: Transformer-Big and its wider and deeper variants (Post-LN).
+    "mtcore_xiaomi_big": dims(**BIG, enc=6, dec=6),
+    # "inner dimension of position-wise feed-forward layers 8,192"
+    "mtcore_xiaomi_wide": dims(1024, 8192, 16, 6, 6),
+    "mtcore_xiaomi_deep_12_12": dims(**BIG, enc=12, dec=12),
+    "mtcore_xiaomi_deep_12_6": dims(**BIG, enc=12, dec=6),
+    "mtcore_xiaomi_deep_6_12": dims(**BIG, enc=6, dec=12),
+    "mtcore_xiaomi_big_tiny": dims(64, 256, 4, 1, 1),
+    "mtcore_xiaomi_wide_tiny": dims(64, 512, 4, 1, 1),
+    "mtcore_xiaomi_deep_12_12_tiny": dims(64, 256, 4, 2, 2),
+    "mtcore_xiaomi_deep_12_6_tiny": dims(64, 256, 4, 2, 1),
+    "mtcore_xiaomi_deep_6_12_tiny": dims(64, 256, 4, 1, 2),
+    # Yishu §2.2: 12 encoder and 6 decoder layers, 8 heads, d 512, FFN 4096.
+    "mtcore_yishu_12_6": dims(512, 4096, 8, 12, 6),
+    "mtcore_yishu_12_6_tiny": dims(64, 512, 4, 2, 1),
+    # HW-TSC §3.1: "a 25-6 deep model ... the same as Transformer-big ...
+    # pre-layer-normalization"
+    "mtcore_hwtsc_deep_25_6": dims(**BIG, enc=25, dec=6, **PRE_LN),
+    "mtcore_hwtsc_deep_25_6_tiny": dims(64, 256, 4, 2, 1, **PRE_LN),
 }
 
 
-def _architecture(settings: dict[str, Any]) -> Callable[[Any], None]:
-    def apply(args: Any) -> None:
-        from fairseq.models.transformer.transformer_legacy import base_architecture
-
-        for key, value in settings.items():
-            if getattr(args, key, None) is None:
-                setattr(args, key, value)
-        base_architecture(args)
-
-    return apply
-
-
-USER_DIR = Path(__file__).resolve().parent / "user_dir" / "mtcore_fairseq"
-
-
-def user_dir() -> str:
-    """A fairseq ``--user-dir`` that registers every mtcore architecture and criterion, for plain
-    ``fairseq-train`` / ``fairseq-generate`` in a fresh process."""
-    return str(USER_DIR)
-
-
-class TransformerPresets(Model):
+class TransformerPresets(ModelFamily):
     """Registers the ``mtcore_transformer_*`` architectures (fairseq model ``transformer``) and
     the papers' plain-Transformer presets (Xiaomi, Yishu, HW-TSC). Being the default ``models``
-    of the train and translate steps, it also registers every other mtcore architecture and the
-    R-Drop criterion, so any ``mtcore_*`` arch works without listing its plugin. Idempotent:
-    fairseq refuses a second registration of a name, so known names are skipped."""
+    of the train and translate steps, it also registers every other built-in architecture and
+    the R-Drop criterion, so any ``mtcore_*`` arch works without listing its plugin.
+    Idempotent: fairseq refuses a second registration of a name, so known names are skipped."""
 
     name = "transformer_presets"
-
-    class Config(PluginConfig):
-        """No settings: the presets are fixed."""
+    model = TRANSFORMER
+    presets = PRESETS
 
     def register(self) -> None:
         register_everything()
 
-    @staticmethod
-    def register_own() -> None:
-        """Only the ``mtcore_transformer_*`` and NT5 Table 4 presets of this module."""
-        from fairseq.models import ARCH_MODEL_REGISTRY, register_model_architecture
-
-        for arch, settings in PRESETS.items():
-            if arch not in ARCH_MODEL_REGISTRY:
-                register_model_architecture("transformer", arch)(_architecture(settings))
-
-    def user_dir(self) -> str:
-        return user_dir()
-
-    @staticmethod
-    def architectures() -> list[str]:
-        return sorted([*PRESETS, *of_family("transformer_presets")])
-
 
 def register_everything() -> None:
-    """Every mtcore architecture and the R-Drop criterion (what ``--user-dir`` loads)."""
-    from mtcore_plugins.models.rdrop import register_rdrop
-    from mtcore_plugins.models.zoo import (
-        EXTENSIONS,
-        PRESETS as ZOO,
-        register_extensions,
-        register_presets,
-    )
+    """Every built-in family's architectures and the R-Drop criterion (what ``--user-dir``
+    loads)."""
+    for cls in builtin_models():
+        plugin = cls()
+        if isinstance(plugin, ModelFamily):
+            ModelFamily.register(plugin)  # not TransformerPresets.register: that is this
+        else:
+            plugin.register()
 
-    register_extensions(list(EXTENSIONS))
-    TransformerPresets.register_own()
-    register_presets(sorted(ZOO))
-    register_rdrop()
+
+def builtin_models() -> list[type[Any]]:
+    """The ``mtcore.models`` plugin classes this package declares (its entry points)."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="mtcore.models")
+    return [ep.load() for ep in found if ep.value.startswith("mtcore_plugins.models.")]
+
+
+def all_presets() -> dict[str, Preset]:
+    """Every built-in family's presets, by architecture name."""
+    out = {}
+    for cls in builtin_models():
+        if issubclass(cls, ModelFamily):
+            for name, settings in cls.presets.items():
+                out[name] = Preset(cls.model, cls.name, dict(settings))
+    return out
+
+
+def tiny_presets() -> list[str]:
+    return sorted(name for name in all_presets() if name.endswith("_tiny"))

@@ -47,8 +47,8 @@ class KnnSelector(Selector[KnnSelectorConfig]):
         self.queries = domain_queries(self.config, domain, domain_lang, ctx)
 
     def score(self, ctx: StepContext, pool: Corpus) -> np.ndarray:
-        best, total = search(self.config, pool, self.lang, self.queries, ctx)
-        scores, self.neighbours = best_cosines(best, total)
+        self.best, total = search(self.config, pool, self.lang, self.queries, ctx)
+        scores, self.neighbours = best_cosines(self.best, total)
         return scores
 
     def candidates(self) -> np.ndarray:

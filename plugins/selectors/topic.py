@@ -41,8 +41,8 @@ class TopicSelector(Selector[TopicSelectorConfig]):
         self.terms = fit_terms(self.config, pool, test, lang, ctx)
 
     def score(self, ctx: StepContext, pool: Corpus) -> np.ndarray:
-        scores, shared = score_pairs(self.config, pool, self.terms, ctx)
-        self.related = shared >= self.config.min_terms
+        scores, self.shared = score_pairs(self.config, pool, self.terms, ctx)
+        self.related = self.shared >= self.config.min_terms
         return scores
 
     def candidates(self) -> np.ndarray:

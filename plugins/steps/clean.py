@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from mtcore.api import Corpus, CorpusWriter, PluginConfig, Registry, Step, StepContext, components
-from mtcore.api.engine import ENGINE_KEYS, check_chain, clean_corpus
+from mtcore.api.engine import ENGINE_KEYS, check_chain, clean_corpus, entry_name
 
 
 class CleanConfig(PluginConfig):
@@ -67,4 +67,4 @@ class CleanStep(Step[CleanConfig]):
 
 
 def _name(entry: dict[str, Any] | str) -> str:
-    return entry if isinstance(entry, str) else str(entry["name"])
+    return str(entry_name(entry))

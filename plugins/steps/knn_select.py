@@ -6,30 +6,26 @@ column) has the highest cosine similarity with it; the output is the union of th
 each once, in corpus order. ``max_pairs`` caps the union: its pairs with the highest best
 cosine are kept (ties to the earlier pair), which is how a recipe asks for NT5's 4,000.
 
-The search is the ``knn`` selector's (:mod:`mtcore_plugins.common.similarity.knn`: exact, sharded
-over the executor, NumPy or faiss) and the cap is the core's selection budget
-(``Budget(top_k=...)``); this step adds the ``neighbours`` table. The ``selection`` step with
-``selector: {name: knn}`` and ``top_k`` selects the same pairs.
+The older spelling of the ``selection`` step with ``selector: {name: knn, ...}`` and
+``top_k: <max_pairs>``, which it runs (``_selector_run.SelectorRun``); it keeps its settings,
+and so its hash, and adds the ``neighbours`` table.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from mtcore.api import BlockReader, Corpus, CorpusWriter, Step, StepContext
+from mtcore.api import Selector, Step, StepContext
 from mtcore.api.engine import Budget
 from mtcore_plugins.common.similarity.knn import (
     KnnConfig,
-    TopK,
-    best_cosines,
-    domain_queries,
-    search,
     shard_top_k as shard_top_k,  # where tests and older code import it from
 )
+from mtcore_plugins.steps._selector_run import SelectorRun
 
 
 class KnnSelectConfig(KnnConfig):
@@ -41,38 +37,25 @@ class KnnSelectConfig(KnnConfig):
     )
 
 
-class KnnSelectStep(Step[KnnSelectConfig]):
+class KnnSelectStep(SelectorRun, Step[KnnSelectConfig]):
     """Outputs ``corpus`` (the selected pairs, corpus order) and ``neighbours/neighbours.tsv``
     (domain line, rank, corpus line, cosine; lines numbered from 1)."""
-
-    parallel = True  # its shards go through ctx.executor
 
     name = "knn_select"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "domain": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "neighbours")
 
-    def run(self, ctx: StepContext) -> None:
-        corpus = Corpus.open(ctx.inputs["corpus"].path)
-        domain = Corpus.open(ctx.inputs["domain"].path)
-        lang, domain_lang = self.config.languages(corpus, domain, ctx.step_id)
-        queries = domain_queries(self.config, domain, domain_lang, ctx)
-        best, total = search(self.config, corpus, lang, queries, ctx)
-        scores, neighbours = best_cosines(best, total)
-        keep, _ = Budget(top_k=self.config.max_pairs).cut(scores, True, neighbours)
-        self._write(ctx, corpus, keep, best)
-        ctx.stats.add("pairs_in", total)
-        ctx.stats.add("domain_sentences", queries[0])
-        ctx.stats.add("pairs_out", int(keep.sum()))
+    def selector_entry(self) -> dict[str, Any]:
+        return {"name": "knn", **self.config.model_dump(exclude={"max_pairs"})}
 
-    def _write(self, ctx: StepContext, corpus: Corpus, keep: np.ndarray, best: TopK) -> None:
-        with CorpusWriter(ctx.output("corpus"), corpus.langs) as writer:
-            start = 0
-            for raw in BlockReader(corpus.files(), self.config.shard_size):
-                mask = keep[start : start + raw.count]
-                writer.write_raw(
-                    [raw.kept_bytes(s, mask) for s in range(len(raw.raws))], int(mask.sum())
-                )
-                start += raw.count
+    def budget(self) -> Budget:
+        return Budget(top_k=self.config.max_pairs)
+
+    def write(
+        self, ctx: StepContext, selector: Selector, keep: np.ndarray, scores: np.ndarray
+    ) -> None:
+        best = selector.best  # type: ignore[attr-defined]  # the knn selector's, after score
+        ctx.stats.add("domain_sentences", selector.queries[0])  # type: ignore[attr-defined]
         path = ctx.output("neighbours") / "neighbours.tsv"
         with open(path, "w", encoding="utf-8", newline="\n") as handle:
             handle.write("domain_line\trank\tcorpus_line\tcosine\n")

@@ -41,7 +41,7 @@ from mtcore.api import (
     components,
     write_artifact_meta,
 )
-from mtcore.api.engine import component_specs, field_specs
+from mtcore.api.engine import component_specs, entry_name, entry_settings, field_specs
 from mtcore_plugins.steps._features import STEP_KEYS, add_features
 from mtcore_plugins.steps._nbest import Entry, NBestWriter, open_nbest
 from mtcore_plugins.steps._translate_config import worker_threads
@@ -143,7 +143,7 @@ class RerankStep(Step[RerankConfig]):
             report["dev_bleu"] = dev_report(ctx.registry, dev_entries, dev[1], weights, tgt)
             ctx.metrics["dev_bleu"] = report["dev_bleu"]
         if config.weights is None:
-            report["tuner"] = _tuner_name(config.tuner)
+            report["tuner"] = str(entry_name(config.tuner))
         (weights_dir / "weights.json").write_text(json.dumps(report, indent=2) + "\n")
         write_artifact_meta(weights_dir, type="rerank-weights", weights=weights, src=src, tgt=tgt)
         ctx.metrics["weights"] = weights
@@ -253,13 +253,9 @@ def dev_report(
     return dict(zip(("first", "reranked", "oracle_sentence_bleu"), scores, strict=True))
 
 
-def _tuner_name(entry: str | dict[str, Any]) -> str:
-    return entry if isinstance(entry, str) else str(entry.get("name"))
-
-
 def _build_tuner(registry: Registry, entry: str | dict[str, Any]) -> Tuner:
-    settings = {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k != "name"}
-    plugin = registry.load("tuners", _tuner_name(entry)).from_dict(settings)
+    name = str(entry_name(entry))
+    plugin = registry.load("tuners", name).from_dict(entry_settings(entry))
     if not isinstance(plugin, Tuner):
-        raise PluginError(f"tuner {_tuner_name(entry)!r} is not a Tuner")
+        raise PluginError(f"tuner {name!r} is not a Tuner")
     return plugin

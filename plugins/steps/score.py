@@ -19,7 +19,7 @@ from mtcore.api import (
     components,
     write_artifact_meta,
 )
-from mtcore.api.engine import make_specs, score_corpus
+from mtcore.api.engine import entry_name, make_specs, score_corpus
 from mtcore_plugins.steps._scores import SCORES_FILE
 
 
@@ -45,7 +45,7 @@ class ScoreStep(Step[ScoreConfig]):
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         problems = super().check(registry)
         for i, entry in enumerate(self.config.filters):
-            name = entry if isinstance(entry, str) else entry.get("name")
+            name = entry_name(entry)
             try:
                 stateful = registry.load("filters", str(name)).stateful
             except PluginError:  # reported by check_components

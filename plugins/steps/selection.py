@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 from pydantic import Field
 
-from mtcore.api import Corpus, PluginError, Registry, Selector, Step, StepContext, components
-from mtcore.api.engine import Budget, component_specs, select_pool
-from mtcore_plugins.steps._scores import write_kept, write_scores
+from mtcore.api import Step, components
+from mtcore.api.engine import Budget, entry_dict
+from mtcore_plugins.steps._selector_run import SelectorRun
 
 
 class SelectionConfig(Budget):
@@ -35,51 +34,18 @@ class SelectionConfig(Budget):
     )
 
 
-class SelectionStep(Step[SelectionConfig]):
+class SelectionStep(SelectorRun, Step[SelectionConfig]):
     """Outputs ``corpus`` (the kept pairs, in corpus order, bytes unchanged) and ``scores``
     (their scores, one column named after the selector). Counts ``pairs_in``, ``pairs_out``,
     ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and
     ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
 
-    parallel = True  # its shards go through ctx.executor
-
     name = "selection"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
 
-    def _entry(self) -> dict[str, Any]:
-        entry = self.config.selector
-        return {"name": entry} if isinstance(entry, str) else dict(entry)
+    def selector_entry(self) -> dict[str, Any]:
+        return dict(entry_dict(self.config.selector))
 
-    def selector(self, registry: Registry) -> Selector:
-        """The configured selector plugin (not yet fitted)."""
-        (spec,) = component_specs("selectors", [self._entry()])
-        try:
-            plugin = spec.configured(registry)
-        except TypeError as exc:  # an abstract method left out
-            raise PluginError(f"selector {spec.name!r} cannot be built: {exc}") from exc
-        assert isinstance(plugin, Selector)  # configured() checked the contract
-        return plugin
-
-    def run(self, ctx: StepContext) -> None:
-        pool = Corpus.open(ctx.inputs["corpus"].path)
-        selector = self.selector(ctx.registry)
-        inputs = {role: art.path for role, art in ctx.inputs.items() if role != "corpus"}
-        missing = [role for role in selector.roles() if role not in inputs]
-        if missing:
-            have = ", ".join(sorted(inputs)) or "none besides corpus"
-            raise PluginError(
-                f"{ctx.step_id}: selector {selector.name!r} reads the step inputs {missing}; "
-                f"connect them under the step's inputs (connected: {have})"
-            )
-        selector.fit(ctx, pool, inputs)
-        selection = select_pool(ctx, pool, selector, self.config)
-        write_kept(ctx.output("corpus"), pool, selection.keep)
-        kept = selection.scores[selection.keep]
-        write_scores(ctx.output("scores"), [selector.name], kept[:, None])
-        for key, count in selection.counts.items():
-            ctx.stats.add(key, count)
-        finite = kept[~np.isnan(kept)]
-        if len(finite):
-            worst = finite.min() if selector.higher_is_better else finite.max()
-            ctx.metrics["cut_score"] = float(worst)
+    def budget(self) -> Budget:
+        return self.config

@@ -1,25 +1,26 @@
 """Test-set-related selection (Yishu §2.2.2): training pairs whose source shares topic n-grams
 or rare words with the test-set source, for in-domain fine-tuning.
 
-The terms, their document frequencies and each pair's shared TF-IDF weight are the ``topic``
-selector's (:mod:`mtcore_plugins.common.similarity.topic`, where the reading of the paper is written
-out); ``top_k``/``top_fraction`` keep the best related pairs by score through the core's selection
-budget. Outputs the selected pairs, a score table aligned with the input (columns ``topic.score``
-and ``topic.terms``) for ``select`` and reports, and the topic terms with their document
-frequencies.
+The older spelling of the ``selection`` step with ``selector: {name: topic, ...}`` and its
+``top_k``/``top_fraction``, which it runs (``_selector_run.SelectorRun``; the reading of the
+paper is written out in :mod:`mtcore_plugins.common.similarity.topic`); it keeps its settings,
+and so its hash. Outputs the selected pairs, a score table aligned with the input (columns
+``topic.score`` and ``topic.terms``) for ``select`` and reports, and the topic terms with their
+document frequencies.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from mtcore.api import BlockReader, Corpus, CorpusWriter, Step, StepContext
+from mtcore.api import Selector, Step, StepContext
 from mtcore.api.engine import Budget
-from mtcore_plugins.common.similarity.topic import TopicConfig, fit_terms, score_pairs
+from mtcore_plugins.common.similarity.topic import TopicConfig
 from mtcore_plugins.steps._scores import write_scores
+from mtcore_plugins.steps._selector_run import SelectorRun
 
 
 class TopicSelectConfig(TopicConfig):
@@ -37,48 +38,28 @@ class TopicSelectConfig(TopicConfig):
         return self
 
 
-class TopicSelectStep(Step[TopicSelectConfig]):
+class TopicSelectStep(SelectorRun, Step[TopicSelectConfig]):
     """Outputs ``corpus`` (related pairs, corpus order), ``scores`` (one row per input pair:
     shared TF-IDF weight and number of shared topic terms) and ``terms/terms.tsv`` (each topic
     term with its document frequency and idf)."""
-
-    parallel = True  # its shards go through ctx.executor
 
     name = "topic_select"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "test": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores", "terms")
 
-    def run(self, ctx: StepContext) -> None:
-        config = self.config
-        corpus = Corpus.open(ctx.inputs["corpus"].path)
-        test = Corpus.open(ctx.inputs["test"].path)
-        lang = config.language(corpus, test, ctx.step_id)
-        found = fit_terms(config, corpus, test, lang, ctx)
-        scores, shared = score_pairs(config, corpus, found, ctx)
-        related = shared >= config.min_terms
-        budget = Budget(top_k=config.top_k, top_fraction=config.top_fraction)
-        keep, _ = budget.cut(scores, True, related)
-        self._write(ctx, corpus, keep, scores, shared)
-        found.write(ctx.output("terms"))
-        ctx.stats.add("pairs_in", found.total)
-        ctx.stats.add("topic_terms", int(found.topic.sum()))
-        ctx.stats.add("pairs_related", int(related.sum()))
-        ctx.stats.add("pairs_out", int(keep.sum()))
+    def selector_entry(self) -> dict[str, Any]:
+        settings = self.config.model_dump(exclude={"top_k", "top_fraction"})
+        return {"name": "topic", **settings}
 
-    def _write(
-        self,
-        ctx: StepContext,
-        corpus: Corpus,
-        keep: np.ndarray,
-        scores: np.ndarray,
-        shared: np.ndarray,
+    def budget(self) -> Budget:
+        return Budget(top_k=self.config.top_k, top_fraction=self.config.top_fraction)
+
+    def write(
+        self, ctx: StepContext, selector: Selector, keep: np.ndarray, scores: np.ndarray
     ) -> None:
-        with CorpusWriter(ctx.output("corpus"), corpus.langs) as writer:
-            start = 0
-            for raw in BlockReader(corpus.files(), self.config.shard_size):
-                mask = keep[start : start + raw.count]
-                sides = [raw.kept_bytes(side, mask) for side in range(len(raw.raws))]
-                writer.write_raw(sides, int(mask.sum()))
-                start += raw.count
+        found, shared = selector.terms, selector.shared  # type: ignore[attr-defined]
         table = np.column_stack([scores, shared.astype(np.float64)])
         write_scores(ctx.output("scores"), ["topic.score", "topic.terms"], table)
+        found.write(ctx.output("terms"))
+        ctx.stats.add("topic_terms", int(found.topic.sum()))
+        ctx.stats.add("pairs_related", int(selector.related.sum()))  # type: ignore[attr-defined]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mtcore.api import Model, PluginConfig
-from mtcore_plugins.models.extension import ModelExtension, register_architecture
+from mtcore_plugins.models.extension import ModelExtension, ModelFamily
 
 
 class OutputGain(ModelExtension):
@@ -48,11 +47,9 @@ def settings(size: dict[str, int]) -> dict[str, Any]:
     return {**size, **decoder, "output_gain": True}
 
 
-class OutputGainModels(Model[PluginConfig]):
+class OutputGainModels(ModelFamily):
     """Registers the output-gain extension and its architectures into ``mtcore_transformer``."""
 
     name = "output_gain"
-
-    def register(self) -> None:
-        for arch, size in SIZES.items():
-            register_architecture(arch, settings(size), [OutputGain()])
+    extensions = (OutputGain,)
+    presets = {arch: settings(size) for arch, size in SIZES.items()}
