@@ -8,16 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from mtcore.api import (
-    Budget,
-    Corpus,
-    PluginError,
-    Registry,
-    Selector,
-    StepContext,
-    component_specs,
-    select_pool,
-)
+from mtcore.api import Corpus, PluginError, Registry, Selector, StepContext
+from mtcore.api.engine import Budget, component_specs, select_pool
 from mtcore_plugins.steps._scores import write_kept, write_scores
 
 
