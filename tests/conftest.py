@@ -50,6 +50,16 @@ def registry() -> Registry:
     return load_registry()
 
 
+@pytest.fixture(scope="session")
+def micro_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """tests/plugins/steps/test_decoding.py's corpora, SentencePiece model, en-ja data and
+    5-update micro model, built once a worker for the files that start from them (one xdist
+    group: ``SHARED_GROUPS``). Read-only: a test copies the dict before adding to it."""
+    from tests.plugins.steps.test_decoding import build_setup
+
+    return build_setup(tmp_path_factory.mktemp("micro"))
+
+
 @pytest.fixture
 def write_recipe(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
     def write(document: dict[str, Any], name: str = "recipe.yaml") -> Path:
@@ -86,9 +96,14 @@ their tests spread over the workers; every other file is one group, so its modul
 SHARED_GROUPS = {
     "tooling/test_slurm_cluster.py": "slurm",
     "plugins/schedulers/test_slurm_scheduler.py": "slurm",
+    "plugins/steps/test_decoding.py": "micro",
+    "plugins/steps/test_select_models.py": "micro",
+    "plugins/steps/test_ctranslate2.py": "micro",
+    "plugins/executors/test_ray_executor.py": "micro",
 }
-"""Files that share one group, so that one worker's session fixture serves them all (the
-one-node Slurm cluster: started once, not once by each worker)."""
+"""Files that share one group, so that one worker's session fixture serves them all: the
+one-node Slurm cluster (``slurm_cluster``) and the micro model (``micro_setup``), each made once
+instead of once a file."""
 
 SMOKE_RUN = re.compile(
     r"^test_(smoke_profile_runs_end_to_end|kill_sweep_resumes_to_the_uninterrupted_outputs)"

@@ -114,11 +114,9 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def decoding_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def decoding_setup(micro_setup: dict[str, Path]) -> dict[str, Path]:
     """The decoding tests' corpora, SentencePiece model and micro en-ja model."""
-    from tests.plugins.steps.test_decoding import build_setup
-
-    return build_setup(tmp_path_factory.mktemp("decoding"))
+    return dict(micro_setup)
 
 
 @pytest.fixture(scope="module")

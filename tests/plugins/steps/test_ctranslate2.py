@@ -19,7 +19,7 @@ from mtcore.contracts.registry import load_registry
 from mtcore.contracts.step import Artifact
 from mtcore_plugins.common.ct2.convert import converted
 from mtcore_plugins.steps.translate import TranslateStep
-from tests.plugins.steps.test_decoding import CAPPED, MICRO, build_setup, texts, train, translate
+from tests.plugins.steps.test_decoding import CAPPED, MICRO, texts, train, translate
 from tests.plugins.steps.test_fairseq_steps import DATA, EDGE, write_corpus
 
 pytest.importorskip("ctranslate2")
@@ -30,7 +30,9 @@ DEV_LINES = 300  # real dev sentences, plus the edge pairs
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def setup(
+    micro_setup: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Path]]:
     """test_decoding's setup (a 5-update micro model that babbles until its cap) plus a
     120-update micro model that has learned a little (varied, if poor, output), an encoder-RPE
     model (NT5 §4.1), a right-to-left model, a B2T model, 300 real dev lines, and a private
@@ -38,7 +40,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     root = tmp_path_factory.mktemp("ct2")
     saved = os.environ.get("MTCORE_CACHE")
     os.environ["MTCORE_CACHE"] = str(root / "cache")
-    found = build_setup(root)
+    found = dict(micro_setup)
     found["dev"] = write_corpus(root / "dev", "dev", DEV_LINES, EDGE)
     longer = {"max_update": 120, "save_interval_updates": 120, "max_tokens": 2048, "dropout": 0.0}
     found["trained"] = train(root / "m60", {**MICRO, **longer}, found["data_enja"])

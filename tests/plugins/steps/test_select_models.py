@@ -19,7 +19,7 @@ from mtcore.recipe.load import build_recipe
 from mtcore.system.metrics import build_metrics
 from mtcore_plugins.steps import select_models
 from mtcore_plugins.steps.select_models import SelectModelsStep
-from tests.plugins.steps.test_decoding import MICRO, build_setup, train, translate
+from tests.plugins.steps.test_decoding import MICRO, train, translate
 from tests.plugins.steps.test_fairseq_steps import DATA
 from tests.support.data import local_data
 from tests.support.steps import make_ctx
@@ -31,12 +31,14 @@ DECODE: dict[str, Any] = {"beam": 2}
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def setup(
+    micro_setup: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
     """The decoding tests' data and 5-update model, plus a 100-update model and a 40-update
     right-to-left one: three candidates that translate the dev set differently (chrF about 0,
     2.6 and 8.4)."""
     root = tmp_path_factory.mktemp("select_models")
-    found = build_setup(root)
+    found = dict(micro_setup)
     for name, updates, direction in (("model100", 100, "l2r"), ("r2l40", 40, "r2l")):
         settings = {**MICRO, "max_update": updates, "save_interval_updates": updates}
         found[name] = train(root / name, {**settings, "direction": direction}, found["data_enja"])
