@@ -1,8 +1,9 @@
 """Throughput of the neural metrics (COMET, CometKiwi, MetricX-24) on real WMT22 en-ja system
 outputs, against unbabel-comet's own ``model.predict`` on the same models and inputs, in one run.
 
-The models are random, built offline as tests/tiny_comet.py and tests/tiny_metricx.py build
-theirs but larger, so that the encoder dominates the time as in a released model:
+The models are random, built offline as tests/support/tiny_comet.py and
+tests/support/tiny_metricx.py build theirs but larger, so that the encoder dominates the time as in
+a released model:
 
 - COMET (``regression_metric``, as wmt22-comet-da; estimator [256]) and CometKiwi
   (``unified_metric`` over ``[mt, src]``, as wmt22-cometkiwi-da) share an XLM-R encoder of hidden
@@ -166,7 +167,7 @@ def build_comet(root: Path, text: list[str]) -> dict[str, Path]:
                 **common, sent_layer="mix", layer_transformation="sparsemax", layer_norm=True,
                 word_layer=layers, input_segments=["mt", "src"], word_level_training=False,
             )  # fmt: skip
-        with torch.no_grad():  # upper layers weigh more, as in tests/tiny_comet.py
+        with torch.no_grad():  # upper layers weigh more, as in tests/support/tiny_comet.py
             weights = model.layerwise_attention.scalar_parameters
             for i, weight in enumerate(weights):
                 weight.fill_(i / (len(weights) - 1))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's Chromium for the run page's browser tests (tests/browser.py), installed once (root).
+# Debian's Chromium for the run page's browser tests (tests/support/browser.py), installed once (root).
 #
 #   chromium_local.sh install    apt-get install chromium when /usr/bin/chromium is missing
 #

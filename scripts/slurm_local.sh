@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throwaway one-node Slurm cluster on localhost, for tests (tests/slurm_cluster.py) and by hand.
+# A throwaway one-node Slurm cluster on localhost, for tests (tests/support/slurm_cluster.py) and by hand.
 #
 #   slurm_local.sh install     apt-get install slurm-wlm and munge when a daemon is missing (root)
 #   slurm_local.sh start DIR   munged, slurmctld and slurmd with every file inside DIR (a fresh

@@ -1,4 +1,4 @@
-"""Write the tests' tiny random COMET-22 and CometKiwi models (tests/tiny_comet.py) to a
+"""Write the tests' tiny random COMET-22 and CometKiwi models (tests/support/tiny_comet.py) to a
 directory, for a small-profile run where no real model can be had (docs/results.md):
 
     .venv/bin/python scripts/tiny_metrics.py /tmp/tm
@@ -20,8 +20,8 @@ from pathlib import Path
 def main() -> None:
     if len(sys.argv) != 2:
         raise SystemExit("usage: tiny_metrics.py DIR")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import tiny_comet
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support import tiny_comet
 
     for kind, path in tiny_comet.build_all(Path(sys.argv[1]).resolve()).items():
         print(f"{kind}: {path}")

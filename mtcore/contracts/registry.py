@@ -1,12 +1,13 @@
 """Plugin lookup by short name inside the entry-point groups ``mtcore.<kind>``.
 
 Listing reads entry-point metadata only, so ``mtcore plugins`` never imports a plugin module
-(and so never torch or fairseq). Loading one plugin imports the very entry point the listing
-found (stevedore's driver pattern: a short user-visible name inside an internal namespace).
-stevedore itself is not used to load: it caches each group's entry points for the life of the
-process, so a plugin installed after the first lookup (``pip install`` from a running notebook,
-a test adding a folder to ``sys.path``) would be listed by :func:`load_registry` yet not found
-(``tests/test_registry.py`` shows stevedore 5.5's ``DriverManager`` missing such a plugin).
+(and so never torch or fairseq). Loading one plugin imports the very entry point the listing found
+(stevedore's driver pattern: a short user-visible name inside an internal namespace). stevedore
+itself is not used to load: it caches each group's entry points for the life of the process, so a
+plugin installed after the first lookup (``pip install`` from a running notebook, a test adding a
+folder to ``sys.path``) would be listed by :func:`load_registry` yet not found
+(``tests/core/contracts/test_registry.py`` shows stevedore 5.5's ``DriverManager`` missing such a
+plugin).
 """
 
 from __future__ import annotations

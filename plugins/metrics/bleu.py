@@ -22,7 +22,7 @@ Tokenizer = Literal[
 AUTO_TOKENIZER = {"ja": "ja-mecab", "zh": "zh", "ko": "ko-mecab"}
 # The official WMT22 and WMT23 automatic tables (wmt22/wmt23-news-systems
 # scores/automatic-scores.tsv): character BLEU into Japanese, sacrebleu's zh tokenizer into
-# Chinese, 13a otherwise. tests/test_wmt_scores.py reproduces every team's score with these.
+# Chinese, 13a otherwise. tests/e2e/test_wmt_scores.py reproduces every team's score with these.
 WMT_TOKENIZER = {"ja": "char", "zh": "zh"}
 MAX_ORDER = 4
 WIDTH = 2 + 2 * MAX_ORDER  # a row of segment statistics: hyp_len, ref_len, correct_n, total_n
