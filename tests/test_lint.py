@@ -56,7 +56,7 @@ def test_import_contracts_hold():
     "plugin kinds over common": every kind may import ``mtcore_plugins.common``, which imports
     no kind, and no kind imports another kind's modules; "common's folders": each folder of
     common imports only the folders below it, the ones sharing a layer none of each other."""
-    done = lint_imports("pyproject.toml")
+    done = lint_imports("--config", "pyproject.toml")
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     for name in CONTRACTS:
@@ -102,7 +102,7 @@ def test_import_contracts_can_fail(tmp_path, extra, broken):
         encoding="utf-8",
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = lint_imports("contracts.toml", cwd=tmp_path, env=env)
+    done = lint_imports("--config", "contracts.toml", cwd=tmp_path, env=env)
     output = done.stdout + done.stderr
     if broken is None:
         assert done.returncode == 0, output
@@ -365,7 +365,7 @@ def test_import_contracts_catch_a_wrong_import(tmp_path):
         with open(tmp_path / "mtcore" / name, "a", encoding="utf-8") as handle:
             handle.write(f"\n\ndef _planted() -> None:\n    {line}  # noqa: F401\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = lint_imports("pyproject.toml", cwd=tmp_path, env=env)
+    done = lint_imports("--config", "pyproject.toml", cwd=tmp_path, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
     for name in CONTRACTS[:2]:  # the plugins' contracts break too: common imports mtcore.data

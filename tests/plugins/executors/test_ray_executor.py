@@ -51,7 +51,7 @@ import signal
 
 from pydantic import Field
 
-from mtcore.contracts.plugin import Filter, PluginConfig
+from mtcore.api import Filter, PluginConfig
 
 LOADS = 0
 
