@@ -458,3 +458,32 @@ def test_no_step_imports_another_step():
         defining += 1
     assert defining > 20 and private > 10
     assert not wrong, "\n".join(wrong)
+
+
+def too_long(path: Path, text: str, file_lines: int = 500, function_lines: int = 80) -> list[str]:
+    """Where ``text`` (the file ``path``) is over ``file_lines`` lines, and each function of it
+    over ``function_lines``."""
+    import ast
+
+    found = []
+    if text.count("\n") > file_lines:
+        found.append(f"{path}: {text.count(chr(10))} lines")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > function_lines:
+                found.append(f"{path}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_file_over_500_lines_nor_function_over_80():
+    """Issue 68: a file of the core or of the plugins is at most 500 lines and a function at
+    most 80, so each reads in one sitting; the check finds a long function and a long file."""
+    found = []
+    for top in ("mtcore", "plugins"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            found += too_long(path.relative_to(ROOT), path.read_text(encoding="utf-8"))
+    assert not found, "\n".join(found)
+    body = "".join(f"    x = {i}\n" for i in range(80))
+    assert too_long(Path("f.py"), f"def f():\n{body}") == ["f.py:1 f: 81 lines"]
+    assert too_long(Path("f.py"), "x = 1\n" * 501) == ["f.py: 501 lines"]
