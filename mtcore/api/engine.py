@@ -81,6 +81,7 @@ _WHERE: dict[str, str] = {
     "publish_ranks": "mtcore.exec.ranks",
     "AppendLog": "mtcore.exec.shards",
     "worker_forget": "mtcore.exec.shards",
+    "conversions_home": "mtcore.recipe.hashing",
     "hash_file": "mtcore.recipe.hashing",
     "hash_json": "mtcore.recipe.hashing",
     "LOCK_ENV": "mtcore.run.cache",
@@ -234,6 +235,7 @@ if TYPE_CHECKING:
         worker_forget as worker_forget,
     )
     from mtcore.recipe.hashing import (
+        conversions_home as conversions_home,
         hash_file as hash_file,
         hash_json as hash_json,
     )

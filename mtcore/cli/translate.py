@@ -7,11 +7,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mtcore.cli.common import default_workdir, load, recipe_options
 from mtcore.contracts.errors import MtcoreError
+
+if TYPE_CHECKING:
+    from mtcore.system.inference import Translator
 
 WORKDIR = click.option(
     "--workdir",
@@ -89,27 +93,37 @@ def translate(
     """Translate new text with a stage of a finished run: the same steps the run takes from its
     test set to that stage's evaluated output (preprocessing, models or ensemble, n-best
     reranking with the tuned weights, post-processing), one output line per input line."""
-    from mtcore.system.inference import REPAIR, STRICT_KEEP, Translator, build_hint, stages
+    from mtcore.system.inference import Translator, build_hint, stages
 
     progress = sys.stderr.isatty()
     if system_dir is not None:
         from mtcore.contracts.registry import load_registry
+        from mtcore.recipe.hashing import private_conversions
         from mtcore.system.export import load_system
 
         if recipe is not None or workdir is not None:
             raise MtcoreError("--system replaces RECIPE and --workdir; give one or the other")
-        system = load_system(system_dir, load_registry(), device, progress)
-    else:
-        if recipe is None:
-            raise MtcoreError("give RECIPE (and --workdir), or --system DIR")
-        registry, loaded, _ = load(recipe, profile, sets)
-        if list_stages:
-            for found in stages(loaded):
-                click.echo(f"{found.direction}\t{found.name}\t(scored by {found.evaluate})")
-            return
-        where = default_workdir(loaded, workdir)
-        system = Translator.from_run(loaded, registry, where, direction, stage, device, progress,
-                                     build_hint=build_hint(recipe, profile, where))  # fmt: skip
+        with private_conversions():  # someone else's models never enter the user's cache
+            system = load_system(system_dir, load_registry(), device, progress)
+            _translate(system, input_path, output_path, repair)
+        return
+    if recipe is None:
+        raise MtcoreError("give RECIPE (and --workdir), or --system DIR")
+    registry, loaded, _ = load(recipe, profile, sets)
+    if list_stages:
+        for found in stages(loaded):
+            click.echo(f"{found.direction}\t{found.name}\t(scored by {found.evaluate})")
+        return
+    where = default_workdir(loaded, workdir)
+    system = Translator.from_run(loaded, registry, where, direction, stage, device, progress,
+                                 build_hint=build_hint(recipe, profile, where))  # fmt: skip
+    _translate(system, input_path, output_path, repair)
+
+
+def _translate(system: Translator, input_path: Path, output_path: Path, repair: bool) -> None:
+    """``input_path`` (or ``-``, standard input) through ``system`` into ``output_path``."""
+    from mtcore.system.inference import REPAIR, STRICT_KEEP
+
     policy = REPAIR if repair else STRICT_KEEP
     if str(input_path) == "-":
         with tempfile.TemporaryDirectory(prefix="mtcore-stdin-") as name:

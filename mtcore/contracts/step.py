@@ -43,8 +43,39 @@ class Artifact:
     @classmethod
     def open(cls, path: Path) -> Artifact:
         meta_file = path / ARTIFACT_FILE
-        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+        if not meta_file.exists():
+            return cls(path, {})
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise DataError(f"{meta_file}: not JSON ({exc})") from None
+        if not isinstance(meta, dict):
+            raise DataError(f"{meta_file}: holds a {type(meta).__name__}, not an object")
         return cls(path, meta)
+
+    def names(self, key: str) -> list[str]:
+        """The list of names its metadata holds under ``key`` (none where absent); anything
+        else there is an error naming the file (``artifact.json`` is data, issue 70)."""
+        value = self.meta.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise DataError(
+                f"{self.path / ARTIFACT_FILE}: {key!r} holds {value!r:.80}; give a list of names"
+            )
+        return value
+
+    def files(self, key: str = "files") -> dict[str, str]:
+        """The ``{language or role: file name}`` table under ``key`` (empty where absent);
+        anything else there is an error naming the file. The names are read through
+        :meth:`member`."""
+        value = self.meta.get(key, {})
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise DataError(
+                f"{self.path / ARTIFACT_FILE}: {key!r} holds {value!r:.80}; give an object of "
+                "file names"
+            )
+        return value
 
     @property
     def type(self) -> str:

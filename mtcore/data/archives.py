@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from mtcore.contracts.errors import DataError
-from mtcore.exec.streams import CORRUPT, decompressing
+from mtcore.exec.streams import CORRUPT, capped, decompressing
 from mtcore.recipe.hashing import cache_home, content_hash
 
 MAX_MEMBERS_ENV, MAX_HEADER_ENV = "MTCORE_ARCHIVE_MAX_MEMBERS", "MTCORE_ARCHIVE_MAX_HEADER"
@@ -71,6 +71,12 @@ class BoundedTarInfo(tarfile.TarInfo):
 SHOWN = 20  # member names listed in an error
 
 
+def _compressed(name: str) -> bool:
+    """Whether a file's name says its bytes are compressed as a whole (tar's own compressions
+    included)."""
+    return name.lower().endswith((".gz", ".tgz", ".xz", ".txz", ".bz2", ".tbz2"))
+
+
 @dataclass(frozen=True)
 class Member:
     """One regular file inside an archive; shown as ``archive!member`` in messages."""
@@ -84,18 +90,22 @@ class Member:
     @contextlib.contextmanager
     def open(self) -> Iterator[IO[bytes]]:
         if zipfile.is_zipfile(self.archive):
-            with (
-                zipfile.ZipFile(self.archive) as archive,
-                decompressing(archive.open(self.name), self.name) as handle,
-            ):
-                yield handle
+            with zipfile.ZipFile(self.archive) as archive:
+                entry = archive.getinfo(self.name)
+                stream = archive.open(entry)
+                if entry.compress_type != zipfile.ZIP_STORED and not _compressed(self.name):
+                    stream = capped(stream, str(self), entry.compress_size)
+                with decompressing(stream, self.name, entry.file_size) as handle:
+                    yield handle
             return
         with open_tar(self.archive) as tar:
             for info in entries(tar, self.archive):
                 if info.name == self.name and info.isfile():
                     raw = tar.extractfile(info)
                     assert raw is not None  # a regular file always has a stream
-                    with decompressing(raw, self.name) as handle:
+                    if _compressed(self.archive.name) and not _compressed(self.name):
+                        raw = capped(raw, str(self), self.archive.stat().st_size)
+                    with decompressing(raw, self.name, info.size) as handle:
                         yield handle
                     return
         raise DataError(f"{self}: no such member (did the archive change after it was listed?)")

@@ -109,7 +109,9 @@ def ingest(
     blocks = (
         _decompressed(paths, block_lines, policy.max_line_bytes, block_bytes)
         if compressed
-        else _cut(paths, block_lines)
+        else _cut(
+            paths, block_lines, max(block_bytes, policy.max_line_bytes + 1), policy.max_line_bytes
+        )
     )
     pending: deque[Block] = deque()  # blocks submitted, in order, until their result is in
 
@@ -171,10 +173,14 @@ def _decompressed(
         yield Block(raw.paths, raw.first_line, raw.count, (), raw.raws)
 
 
-def _cut(paths: Sequence[Path], lines: int) -> Iterator[Block]:
-    """Byte ranges of ``lines`` lines of each plain file, aligned across the files: the driver
-    only counts newlines (``bytearray.count``, at memory speed) and locates one in each file
-    per block. Unequal line counts are an error naming the shorter file."""
+def _cut(paths: Sequence[Path], lines: int, cap: int, max_line: int) -> Iterator[Block]:
+    """Byte ranges of ``lines`` lines of each plain file, aligned across the files, and at most
+    ``cap`` bytes of each: the driver only counts newlines (``bytearray.count``, at memory
+    speed) and locates one in each file per block. A line longer than ``cap`` is sent alone,
+    cut to its first ``max_line + 1`` bytes (the input policy then names or drops it), so no
+    block costs more than ``cap`` bytes a file (issue 70: a plain one-line file cost 2.8x its
+    size before "line longer than"). Unequal line counts are an error naming the shorter
+    file."""
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(open(p, "rb")) for p in paths]
         sizes = [os.fstat(h.fileno()).st_size for h in handles]
@@ -183,29 +189,67 @@ def _cut(paths: Sequence[Path], lines: int) -> Iterator[Block]:
         pos = [0] * len(paths)
         first = 1
         while True:
-            ends: list[int] = []
-            counts: list[int] = []
-            for side, handle in enumerate(handles):
-                want = lines if side == 0 else counts[0]
-                end, got = _advance(handle, buffer, pos[side], want, sizes[side], finals[side])
-                ends.append(end)
-                counts.append(got)
-            short = next((i for i, got in enumerate(counts) if got < counts[0]), None)
-            if short is not None:
-                _unequal(paths, short, 0, first - 1 + counts[short])
-            longer = next((i for i, end in enumerate(ends) if end < sizes[i]), None)
-            if not counts[0] and longer is not None:
-                _unequal(paths, 0, longer, first - 1)
-            if not counts[0]:
-                return
-            yield Block(
-                tuple(str(p) for p in paths),
-                first,
-                counts[0],
-                tuple(zip(pos, ends, strict=True)),
+            spans = [
+                _advance(h, buffer, pos[s], lines, sizes[s], finals[s], cap)
+                for s, h in enumerate(handles)
+            ]
+            ends, counts = [e for e, _ in spans], [c for _, c in spans]
+            most = max(counts)
+            short = next(
+                (i for i, c in enumerate(counts) if c < most and ends[i] >= sizes[i]), None
             )
-            first += counts[0]
+            if short is not None:
+                _unequal(paths, short, counts.index(most), first - 1 + counts[short])
+            fewest = min(counts)
+            if not fewest:  # the end of every file, or a line longer than the cap
+                at_end = [i for i, e in enumerate(ends) if not counts[i] and e >= sizes[i]]
+                if len(at_end) == len(paths):
+                    return
+                if at_end:
+                    other = next(i for i in range(len(paths)) if i not in at_end)
+                    _unequal(paths, at_end[0], other, first - 1)
+                raws, pos = _long_line(handles, buffer, pos, sizes, max_line)
+                yield Block(tuple(str(p) for p in paths), first, 1, (), raws)
+                first += 1
+                continue
+            if fewest < most:  # a file's cap came first: every file to that many lines
+                ends = [
+                    _advance(h, buffer, pos[s], fewest, sizes[s], finals[s], cap)[0]
+                    for s, h in enumerate(handles)
+                ]
+            yield Block(
+                tuple(str(p) for p in paths), first, fewest, tuple(zip(pos, ends, strict=True))
+            )
+            first += fewest
             pos = ends
+
+
+def _long_line(
+    handles: Sequence[Any], buffer: bytearray, pos: list[int], sizes: list[int], max_line: int
+) -> tuple[tuple[bytes, ...], list[int]]:
+    """The next line of each file, at most its first ``max_line + 1`` bytes (with a newline),
+    and where each file's following line starts."""
+    raws, after = [], []
+    for handle, start, size in zip(handles, pos, sizes, strict=True):
+        handle.seek(start)
+        head = handle.read(max_line + 1)
+        cut = head.find(b"\n")
+        if cut >= 0:
+            raws.append(head[: cut + 1])
+            after.append(start + cut + 1)
+            continue
+        raws.append(head + b"\n")
+        end = start + len(head)
+        while end < size:
+            handle.seek(end)
+            length = handle.readinto(buffer)
+            found = buffer.find(b"\n", 0, length)
+            if found >= 0:
+                end += found + 1
+                break
+            end += length
+        after.append(min(end, size))
+    return tuple(raws), after
 
 
 def _unequal(paths: Sequence[Path], short: int, longer: int, have: int) -> None:
@@ -216,11 +260,19 @@ def _unequal(paths: Sequence[Path], short: int, longer: int, have: int) -> None:
 
 
 def _advance(
-    handle: Any, buffer: bytearray, start: int, lines: int, size: int, final_newline: bool
+    handle: Any,
+    buffer: bytearray,
+    start: int,
+    lines: int,
+    size: int,
+    final_newline: bool,
+    cap: int,
 ) -> tuple[int, int]:
-    """From byte ``start``, the offset after ``lines`` more lines (or the end of the file)
-    and how many lines that is; a last line without a newline counts."""
-    pos, found = start, 0
+    """From byte ``start``, the offset after ``lines`` more lines, the end of the file, or the
+    last whole line within ``cap`` bytes, whichever comes first, and how many lines that is
+    (0 before the end of the file: the first line is longer than ``cap``); a last line
+    without a newline counts."""
+    pos, found, last_end = start, 0, start
     view = memoryview(buffer)
     while found < lines and pos < size:
         handle.seek(pos)
@@ -228,14 +280,22 @@ def _advance(
         if not length:
             break
         count = buffer.count(b"\n", 0, length)
-        if found + count < lines:
+        if found + count < lines and pos + length <= start + cap:
+            if count:
+                last_end = pos + buffer.rfind(b"\n", 0, length) + 1
             found += count
             pos += length
             continue
         newlines = np.flatnonzero(np.frombuffer(view[:length], dtype=np.uint8) == 10)
-        return pos + int(newlines[lines - found - 1]) + 1, lines
-    if found < lines and size > start and not final_newline and pos >= size:
-        return size, found + 1
+        room = int(np.searchsorted(newlines, start + cap - pos, side="left"))
+        take = min(lines - found, room)
+        if take:
+            return pos + int(newlines[take - 1]) + 1, found + take
+        return last_end, found
+    if found < lines and size > last_end and not final_newline and pos >= size:
+        if size - start <= cap:
+            return size, found + 1
+        return last_end, found
     return min(pos, size), found
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +101,40 @@ def cache_home() -> Path:
         home = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mtcore"
     owner_only(home, "the cache (MTCORE_CACHE)")
     return home
+
+
+CONVERSIONS_ENV = "MTCORE_CONVERSIONS"
+
+
+def conversions_home() -> Path:
+    """Where converted models are cached: ``$MTCORE_CONVERSIONS`` where set (a system from
+    someone else converts there, see :func:`private_conversions`), else the cache's
+    ``ctranslate2`` folder."""
+    where = os.environ.get(CONVERSIONS_ENV)
+    if where:
+        folder = Path(where)
+        owner_only(folder, f"the conversions folder ({CONVERSIONS_ENV})")
+        return folder
+    return cache_home() / "ctranslate2"
+
+
+@contextlib.contextmanager
+def private_conversions() -> Iterator[Path]:
+    """A fresh folder, this user's only, for the conversions made inside the ``with`` (worker
+    processes started there inherit it), removed at its end: a system from someone else never
+    writes into the user's cache (issue 70), at the cost of converting its models again on
+    each load."""
+    folder = Path(tempfile.mkdtemp(prefix="mtcore-conversions-"))
+    before = os.environ.get(CONVERSIONS_ENV)
+    os.environ[CONVERSIONS_ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop(CONVERSIONS_ENV, None)
+        else:
+            os.environ[CONVERSIONS_ENV] = before
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def owner_only(folder: Path, what: str) -> None:

@@ -258,6 +258,6 @@ def copy_tokenizer(model: Artifact, out: Path) -> None:
 
     target = out / TOKENIZER_DIR
     target.mkdir(parents=True, exist_ok=True)
-    for name in model.meta.get("files", {}):
+    for name in model.files():
         if name != WEIGHTS:
             shutil.copyfile(model.member(name), target / name)

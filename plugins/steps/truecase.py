@@ -323,7 +323,7 @@ class TruecaseStep(Step[TruecaseConfig]):
             )
         if model.type != "truecaser":
             raise StepError(f"{model.path} is not a truecaser model (artifact type {model.type!r})")
-        files: dict[str, str] = model.meta.get("files", {})
+        files = model.files()
         wanted = sides if sides is not None else [lang for lang in source.langs if lang in files]
         lacking = [lang for lang in wanted if lang not in files]
         if lacking:

@@ -197,19 +197,49 @@ else:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def listening_children() -> list[str]:
+    """The addresses that this process's descendants listen on (TCP), from ``ss -ltnpH``."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+
+    def mine(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return [
+        line.split()[3]
+        for line in out.splitlines()
+        if any(mine(int(pid)) for pid in re.findall(r"pid=(\d+)", line))
+    ]
+
+
 def test_a_local_ray_cluster_admits_only_who_holds_its_token():
-    """The executor's local cluster (Ray's servers listen on every interface in this release)
-    takes no driver without the token it was started with: one with it joins, so the
-    refusal is the token's doing. The environment is as before once it is closed."""
+    """The executor's local cluster takes no driver without the token it was started with: one
+    with it joins, so the refusal is the token's doing. Its servers listen on the loopback
+    address only (issue 70: Ray 2.58 listened on every interface). The environment is as
+    before once it is closed."""
     import ray
 
     from mtcore_plugins.executors.ray import RayExecutor
 
-    before = {key: os.environ.get(key) for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    keys = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    before = {key: os.environ.get(key) for key in keys}
     executor = RayExecutor.from_dict({"num_cpus": 1, "workers": 1})
     try:
         assert executor.run_on_workers(os.getpid)
         gcs = ray.get_runtime_context().gcs_address
+        listening = listening_children()
+        loopback = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
+        assert len(listening) >= 3 and all(a.startswith(loopback) for a in listening), listening
         token = os.environ["RAY_AUTH_TOKEN"]
         assert len(token) == 64 and token != before["RAY_AUTH_TOKEN"]
         outsider = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
@@ -834,6 +864,106 @@ def test_a_block_of_decompressed_lines_has_a_byte_budget(tmp_path):
     assert lines == 64 and targets[0].stat().st_size == 64 * len(line)
     assert targets[1].read_bytes() == tgt.read_bytes()
     assert peak < 100 << 20, f"{peak / 2**20:.0f} MiB"
+
+
+ONE_LINE_PEAK = """
+import resource, sys
+from pathlib import Path
+from mtcore.contracts.errors import DataError
+from mtcore.contracts.stats import Stats
+from mtcore.data.corpus import InputPolicy
+from mtcore.data.ingest import ingest
+from mtcore_plugins.executors.local import LocalExecutor
+src, tgt, out = (Path(a) for a in sys.argv[1:4])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    ingest([src, tgt], [out / "o.en", out / "o.ja"], InputPolicy(too_long=sys.argv[4]), Stats(),
+           LocalExecutor.from_dict({"workers": 1}))
+except DataError as exc:
+    print("refused:", str(exc)[:200])
+print("lines", (out / "o.en").read_text().splitlines() if (out / "o.en").exists() else None)
+print("peak MiB", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+@pytest.mark.parametrize("too_long", ["drop", "error"])
+def test_a_plain_file_of_one_huge_line_costs_a_bounded_block(tmp_path, too_long):
+    """Issue 70: a plain one-line file cost about 2.8x its size before "line longer than" (its
+    block was the whole file, read and scanned whole). A plain file's blocks now stop at a byte
+    budget, and a line longer than that is sent cut to the policy's limit: a 300 MiB line costs
+    a few MiB, and is named or dropped as any long line."""
+    src, tgt = tmp_path / "c.en", tmp_path / "c.ja"
+    with open(src, "wb") as out:
+        out.write(b"short\n")
+        for _ in range(300):
+            out.write(b"a" * (1 << 20))
+        out.write(b"\nlast\n")
+    tgt.write_bytes("短い\n長い\n最後\n".encode())
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_LINE_PEAK, str(src), str(tgt), str(tmp_path / "out"), too_long],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if too_long == "error":
+        assert "refused: " in done.stdout, done.stdout + done.stderr
+        assert "c.en:2: line longer than 1048576 bytes" in done.stdout, done.stdout
+    else:
+        assert "lines ['short', 'last']" in done.stdout, done.stdout + done.stderr
+    assert int(done.stdout.split("peak MiB")[1]) < 100, done.stdout  # was 666 MiB (2.2x the file)
+
+
+def test_a_compressed_input_expands_to_a_bounded_size(tmp_path, monkeypatch):
+    """Issue 70: a .gz expanded 460x onto disk with no cap. Past a floor (256 MiB; 1 MiB
+    here), a compressed file, a compressed archive member, or a plain member of a compressed
+    tar expands to at most MTCORE_MAX_EXPANSION (100) times its compressed bytes; a clear
+    error says what to raise. Text expands 3-10x: a real corpus passes."""
+    import gzip
+    import io
+    import tarfile
+
+    from mtcore.data.archives import Member
+    from mtcore.data.corpus import InputPolicy
+    from mtcore.data.ingest import ingest
+    from mtcore.exec import streams
+    from mtcore_plugins.executors.local import LocalExecutor
+
+    monkeypatch.setattr(streams, "EXPANSION_FLOOR", 1 << 20)
+    bomb = b"the same line again\n" * 200_000  # 4 MB; gzip packs it about 300x
+    src, tgt = tmp_path / "c.en.gz", tmp_path / "c.ja"
+    src.write_bytes(gzip.compress(bomb))
+    tgt.write_bytes("行\n".encode() * 200_000)
+    executor = LocalExecutor.from_dict({"workers": 1})
+    targets = [tmp_path / "o.en", tmp_path / "o.ja"]
+    with pytest.raises(DataError, match=r"c\.en\.gz: expands to more than .*MTCORE_MAX_EXPANSION"):
+        ingest([src, tgt], targets, InputPolicy(), Stats(), executor)
+    assert not targets[0].exists() or targets[0].stat().st_size <= 2 << 20
+
+    real = "\n".join(
+        f"{n} 東京で会議が開かれた。 A meeting was held {n * 7919 % 1000}." for n in range(40_000)
+    )
+    text = tmp_path / "real.txt.gz"
+    text.write_bytes(gzip.compress(real.encode()))
+    with streams.open_compressed(text) as handle:
+        assert handle.read() == real.encode()  # real text: about 10x, read whole
+
+    archive = tmp_path / "c.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("corpus/c.en")
+        info.size = len(bomb)
+        tar.addfile(info, io.BytesIO(bomb))
+    expands = r"c\.tar\.gz!corpus/c\.en: expands to more than"
+    with pytest.raises(DataError, match=expands), Member(archive, "corpus/c.en").open() as handle:
+        handle.read()
+    monkeypatch.setenv("MTCORE_MAX_EXPANSION", "1000")
+    with Member(archive, "corpus/c.en").open() as handle:
+        assert handle.read() == bomb
+    assert ingest([src, tgt], targets, InputPolicy(), Stats(), executor) == 200_000
+    monkeypatch.setenv("MTCORE_MAX_EXPANSION", "lots")
+    lots = "MTCORE_MAX_EXPANSION='lots': give a positive whole"
+    with pytest.raises(DataError, match=lots), streams.open_compressed(src) as handle:
+        handle.read()
 
 
 def test_a_sentence_transformers_that_imports_model_code_is_refused(tmp_path, monkeypatch):

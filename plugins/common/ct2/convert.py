@@ -25,8 +25,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import Artifact, DataError, cache_home, content_hash
-from mtcore.api.engine import hash_json
+from mtcore.api import Artifact, DataError, content_hash
+from mtcore.api.engine import conversions_home, hash_json
 from mtcore_plugins.common.ct2.spec import ACTIVATIONS, transformer_spec
 from mtcore_plugins.common.fairseq.model_extension import registered
 
@@ -71,7 +71,7 @@ def model_name(arch: str, plugins: list[str], registry: Any = None) -> str:
 def check(model: Artifact, plugins: list[str], registry: Any = None) -> list[str]:
     """Why CTranslate2 cannot run ``model`` (empty: it can), from its checkpoint's arguments."""
     args = checkpoint_args(checkpoint_path(model))
-    names = list(dict.fromkeys([*plugins, *model.meta.get("models", [])]))
+    names = list(dict.fromkeys([*plugins, *model.names("models")]))
     return unsupported(args, model_name(str(getattr(args, "arch", "")), names, registry))
 
 
@@ -124,7 +124,7 @@ def converted(
     reasons = check(model, plugins, registry)
     if reasons:
         raise DataError(f"{model.path}: CTranslate2 cannot run this model: {'; '.join(reasons)}")
-    target = cache_home() / "ctranslate2" / cache_key(model, src, tgt)
+    target = conversions_home() / cache_key(model, src, tgt)
     if (target / "model.bin").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ class FairseqSpecConverter:
             from fairseq import checkpoint_utils, utils
 
         model = self.model
-        names = [*self.plugins, *model.meta.get("models", [])]
+        names = [*self.plugins, *model.names("models")]
         register_models(list(dict.fromkeys(names)), self.registry)
         add_safe_globals()
         with torch.no_grad():

@@ -129,7 +129,7 @@ def load_ensemble(
 
     direction = check_members(src, tgt, weights, step_id, members, spm is None)
     # Unregistered architectures make fairseq fail later with a misleading IndexError.
-    names = [*plugins, *(n for m in members.values() for n in m.meta.get("models", []))]
+    names = [*plugins, *(n for m in members.values() for n in m.names("models"))]
     register_models(list(dict.fromkeys(names)), registry)
     add_safe_globals()
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import Artifact, DataError, cache_home, content_hash
-from mtcore.api.engine import hash_json
+from mtcore.api import Artifact, DataError, content_hash
+from mtcore.api.engine import conversions_home, hash_json
 from mtcore_plugins.common.ct2.convert import install
 from mtcore_plugins.common.text import langcodes
 
@@ -298,7 +298,7 @@ def converted_pretrained(model: Artifact) -> Path:
     chosen when it is loaded)."""
     from ctranslate2.converters import TransformersConverter
 
-    target = cache_home() / "ctranslate2" / cache_key(model)
+    target = conversions_home() / cache_key(model)
     if (target / "model.bin").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,10 @@ process, perplexity."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from mtcore.api import PluginError, worker_memo
+from mtcore.api import Artifact, PluginError, worker_memo
 
 TOKENIZATION = "mtcore-segmenter-1"
 """Names :func:`lm_line`'s rules in ``artifact.json``; a filter refuses a model whose training
@@ -58,7 +57,8 @@ def kenlm_meta(folder: Path, role: str, plugin: str = "filter 'lm'") -> dict[str
     """The ``artifact.json`` of a kenlm step's output connected to ``role``; a clear error
     naming ``plugin`` when it is not one, or when its text was tokenized otherwise."""
     meta_file = folder / "artifact.json"
-    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    artifact = Artifact.open(folder)
+    meta = artifact.meta
     if meta.get("type") != "kenlm":
         raise PluginError(
             f"{plugin}: {folder} is not the output of a kenlm step (artifact type "
@@ -69,4 +69,6 @@ def kenlm_meta(folder: Path, role: str, plugin: str = "filter 'lm'") -> dict[str
             f"{plugin}: {meta_file} was trained on {meta.get('tokenization')!r} tokens, "
             f"queries are {TOKENIZATION!r} tokens; rerun the kenlm step"
         )
+    artifact.files()
+    artifact.names("langs")
     return meta

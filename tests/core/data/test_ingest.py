@@ -96,6 +96,31 @@ def test_same_as_the_serial_reader(tmp_path, why, en, ja, policy, block_lines, g
     assert stats.as_dict() == counts.as_dict()
 
 
+@pytest.mark.parametrize(
+    ("why", "en", "ja", "policy"),
+    [(c[0], c[1], c[2], c[3]) for c in CASES] + EXTRA,
+    ids=[c[0] for c in CASES] + [c[0] for c in EXTRA],
+)
+def test_a_byte_budget_of_one_line_gives_the_same_pairs(tmp_path, why, en, ja, policy):
+    """Plain blocks cut at a byte budget (a line longer than it sent alone, cut to the limit)
+    read as the serial reader does."""
+    settings = InputPolicy(**{"max_line_bytes": 16, **policy})
+    paths = write_pair(tmp_path, en, ja)
+    targets = [tmp_path / "o.en", tmp_path / "o.ja"]
+    try:
+        expected, counts = serial(paths, settings)
+    except DataError as exc:
+        with pytest.raises(DataError) as caught:
+            ingest(paths, targets, settings, Stats(), SERIAL, block_bytes=1)
+        assert str(caught.value).split(":")[:2] == str(exc).split(":")[:2]
+        return
+    stats = Stats()
+    assert ingest(paths, targets, settings, stats, SERIAL, block_bytes=1) == len(expected)
+    sides = [t.read_text(encoding="utf-8").split("\n")[:-1] for t in targets]
+    assert list(zip(*sides, strict=True)) == expected
+    assert stats.as_dict() == counts.as_dict()
+
+
 def test_unchanged_input_is_not_written_again(tmp_path):
     paths = write_pair(tmp_path, b"cat\ndog\nbird\n", JA3)
     _, stats, targets = sharded(paths, InputPolicy(), tmp_path / "out", 2)

@@ -208,6 +208,25 @@ def test_conversion_is_cached_by_content(setup: dict[str, Path]) -> None:
     assert converted(Artifact.open(setup["rpe"]), "en", "ja", ["transformer_presets"]) != first
 
 
+def test_a_system_from_someone_else_converts_outside_the_users_cache(
+    setup: dict[str, Path],
+) -> None:
+    """Issue 70: ``translate --system`` converted an exported system's models into the user's
+    cache. Inside :func:`private_conversions` (what ``translate --system`` runs in) they go to
+    a fresh folder of this user's only, gone afterwards; the user's cache gains nothing."""
+    from mtcore.recipe.hashing import CONVERSIONS_ENV, conversions_home, private_conversions
+
+    cache = Path(os.environ["MTCORE_CACHE"]) / "ctranslate2"
+    before = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
+    model = Artifact.open(setup["rpe"])
+    with private_conversions() as folder:
+        assert conversions_home() == folder and folder.stat().st_mode & 0o077 == 0
+        made = converted(model, "en", "ja", ["transformer_presets"])
+        assert made.parent == folder and (made / "model.bin").exists()
+    assert not folder.exists() and CONVERSIONS_ENV not in os.environ
+    assert (sorted(p.name for p in cache.iterdir()) if cache.exists() else []) == before
+
+
 def test_default_backend_keeps_the_step_hash() -> None:
     """Recipes written before the backend existed keep their translate steps' identity."""
     registry = load_registry()
