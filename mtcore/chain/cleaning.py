@@ -47,7 +47,14 @@ class CleanResult:
     rejects: dict[str, list[str]] = field(default_factory=dict)
     reject_scores: dict[str, list[str]] = field(default_factory=dict)
     """The score that rejected each sampled pair, as text (sides separated by spaces; empty
-    where the filter gives none: a stateful or ranked entry)."""
+    where the filter gives none: a stateful entry). A ranked entry's rejects show the key
+    they were ranked by, or the score its own threshold rejected (``threshold_too``)."""
+    cuts: dict[str, float] = field(default_factory=dict)
+    """Each ranked entry's worst kept key (by label): where its cut fell."""
+
+
+Scored = dict[int, dict[int, np.ndarray]]
+"""Per chain entry, the scores of some of a shard's rejected rows: row -> its score values."""
 
 
 def clean_corpus(
@@ -67,6 +74,9 @@ def clean_corpus(
     out = _Output(writer, len(specs), reject_samples)
     verdict_store = ctx.scratch("verdicts")
     pairs_in = 0
+    early: dict[int, Scored] = {}  # ranked: the scores of the first pass's sampled rejects
+    seen = np.zeros(len(specs), dtype=np.int64)
+    cuts: dict[str, float] = {}
     with ctx.progress(source.count, "clean") as bar:
         results = map_chain(ctx, chain_task, source.files(), langs, specs, shard_size)
         for number, (raw, result) in enumerate(results):
@@ -74,20 +84,36 @@ def clean_corpus(
             pairs_in += raw.count
             if ranked:  # written in a second pass, once every shard has its keys
                 _save_verdicts(verdict_store, number, final, result, ranked)
+                wanted = {i: v for i, v in result.rejected.items() if seen[i] < reject_samples}
+                if wanted:
+                    early[number] = _scored(wanted)
+                seen += np.bincount(final[final != KEPT], minlength=len(specs))
             else:
-                out.emit(raw, final, result.rejected)
+                out.emit(raw, final, _scored(result.rejected))
             bar.update(raw.count)
         if ranked:
-            finals = _rank(verdict_store, specs, ranked, ctx.registry)
-            for raw, final in zip(BlockReader(source.files(), shard_size), finals, strict=True):
-                out.emit(raw, final)
+            finals, keyed, worst = _rank(verdict_store, specs, ranked, ctx.registry, reject_samples)
+            cuts = {specs[i].label: value for i, value in worst.items()}
+            shards = zip(BlockReader(source.files(), shard_size), finals, strict=True)
+            for number, (raw, final) in enumerate(shards):
+                scored = early.pop(number, {})
+                for index, rows in keyed.get(number, {}).items():
+                    scored[index] = {**rows, **scored.get(index, {})}  # a threshold's score first
+                out.emit(raw, final, scored)
     return CleanResult(
         pairs_in,
         writer.lines,
         {spec.label: int(out.dropped[i]) for i, spec in enumerate(specs)},
         {spec.label: out.rejects[i] for i, spec in enumerate(specs)},
         {spec.label: out.scores[i] for i, spec in enumerate(specs)},
+        cuts,
     )
+
+
+def _scored(rejected: dict[int, tuple[np.ndarray, np.ndarray]]) -> Scored:
+    return {
+        i: dict(zip(rows.tolist(), values, strict=True)) for i, (rows, values) in rejected.items()
+    }
 
 
 def score_corpus(
@@ -133,12 +159,7 @@ class _Output:
         self.scores: dict[int, list[str]] = {i: [] for i in range(entries)}
         self.samples = samples
 
-    def emit(
-        self,
-        raw: RawBlock,
-        final: np.ndarray,
-        scored: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
-    ) -> None:
+    def emit(self, raw: RawBlock, final: np.ndarray, scored: Scored) -> None:
         keep = final == KEPT
         self.writer.write_raw(
             [raw.kept_bytes(side, keep) for side in range(len(raw.raws))], int(keep.sum())
@@ -151,23 +172,12 @@ class _Output:
             room = self.samples - len(sample)
             if room <= 0:
                 continue
-            rows, values = (scored or {}).get(index, (np.empty(0, np.int64), None))
-            where = {int(r): i for i, r in enumerate(rows)}
+            values = scored.get(index, {})
             for row in np.flatnonzero(final == index)[:room]:
-                sample.append(
-                    "\t".join(_line(raw, side, int(row)) for side in range(len(raw.raws)))
-                )
-                at = where.get(int(row))
-                shown = "" if at is None or values is None else " ".join(
-                    f"{v:.4g}" for v in values[at]
-                )  # fmt: skip
+                sample.append(raw.pair(int(row)))
+                score = values.get(int(row))
+                shown = "" if score is None else " ".join(f"{v:.4g}" for v in np.ravel(score))
                 self.scores[index].append(shown)
-
-
-def _line(raw: RawBlock, side: int, row: int) -> str:
-    ends = raw.ends[side]
-    start = int(ends[row - 1]) + 1 if row else 0
-    return raw.raws[side][start : int(ends[row])].decode("utf-8")
 
 
 def _save_verdicts(
@@ -182,15 +192,23 @@ def _save_verdicts(
 
 
 def _rank(
-    store: Path, specs: tuple[ComponentSpec, ...], ranked: list[int], registry: Registry
-) -> list[np.ndarray]:
+    store: Path,
+    specs: tuple[ComponentSpec, ...],
+    ranked: list[int],
+    registry: Registry,
+    samples: int,
+) -> tuple[list[np.ndarray], dict[int, Scored], dict[int, float]]:
     """Applies the ranked entries in chain order to the survivors of everything before them;
-    returns the final verdicts of every shard."""
+    returns the final verdicts of every shard, the keys of the first ``samples`` pairs each
+    ranked entry dropped (by shard number) and each entry's worst kept key."""
     files = sorted(store.glob("[0-9]*.npz"))
     loaded = [np.load(f) for f in files]
     finals = [data["final"].copy() for data in loaded]
     sizes = [len(f) for f in finals]
     final = np.concatenate(finals) if finals else np.zeros(0, dtype=np.int16)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    keyed: dict[int, Scored] = {}
+    worst: dict[int, float] = {}
     for index in ranked:
         keys = np.concatenate([data[f"key{index}"] for data in loaded]) if loaded else final
         alive = np.flatnonzero(final == KEPT)
@@ -200,4 +218,13 @@ def _rank(
         higher = bool(registry.load("filters", spec.name).higher_is_better)
         kept = ranked_cut(keys[alive], keep, higher, len(final))
         final[alive[~kept]] = index
-    return np.split(final, np.cumsum(sizes)[:-1]) if sizes else []
+        kept_keys = keys[alive[kept]]
+        kept_keys = kept_keys[~np.isnan(kept_keys)]
+        if len(kept_keys):
+            worst[index] = float(kept_keys.min() if higher else kept_keys.max())
+        for row in np.flatnonzero(final == index)[:samples]:
+            if not np.isnan(keys[row]):  # NaN: its own threshold dropped it, scored then
+                shard = int(np.searchsorted(starts, row, side="right")) - 1
+                by_row = keyed.setdefault(shard, {}).setdefault(index, {})
+                by_row[int(row - starts[shard])] = keys[row : row + 1]
+    return (np.split(final, np.cumsum(sizes)[:-1]) if sizes else []), keyed, worst

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -110,25 +110,33 @@ class Budget(PluginConfig):
         """Which pairs are kept, and the drops by reason: ``dropped.selector`` (not a
         candidate; only with ``candidates``), ``dropped.threshold`` (always counted) and
         ``dropped.rank`` (only with a rank rule)."""
+        keep, dropped = self.cut_rows(scores, higher_is_better, candidates)
+        return keep, {reason: int(rows.sum()) for reason, rows in dropped.items()}
+
+    def cut_rows(
+        self, scores: np.ndarray, higher_is_better: bool, candidates: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`cut` with each reason's dropped pairs as a mask over ``scores``."""
         scores = np.asarray(scores, dtype=np.float64)
-        counts: dict[str, int] = {}
+        dropped: dict[str, np.ndarray] = {}
         keep: np.ndarray = np.ones(len(scores), dtype=bool)
         if candidates is not None:
             keep = np.asarray(candidates, dtype=bool).copy()
-            counts["dropped.selector"] = int((~keep).sum())
-        alive = int(keep.sum())
+            dropped["dropped.selector"] = ~keep
+        before = keep.copy()
         if self.threshold is not None:
             with np.errstate(invalid="ignore"):
                 passes = scores >= self.threshold if higher_is_better else scores <= self.threshold
             keep &= passes & ~np.isnan(scores)
-        counts["dropped.threshold"] = alive - int(keep.sum())
+        dropped["dropped.threshold"] = before & ~keep
         spec = self.keep_spec()
         if spec is not None:
             rows = np.flatnonzero(keep)
             ranked = ranked_cut(scores[rows], spec, higher_is_better, len(scores))
             keep[rows[~ranked]] = False
-            counts["dropped.rank"] = int((~ranked).sum())
-        return keep, counts
+            dropped["dropped.rank"] = np.zeros(len(scores), dtype=bool)
+            dropped["dropped.rank"][rows[~ranked]] = True
+        return keep, dropped
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,8 @@ class Selection:
     keep: np.ndarray
     scores: np.ndarray
     counts: dict[str, int]
+    dropped: dict[str, np.ndarray] = field(default_factory=dict)
+    """Each reason's dropped pairs (``dropped.selector`` and so on), a mask over the pool."""
 
 
 def select_pool(ctx: StepContext, pool: Corpus, selector: Selector, budget: Budget) -> Selection:
@@ -152,6 +162,8 @@ def select_pool(ctx: StepContext, pool: Corpus, selector: Selector, budget: Budg
             f"selector {selector.name!r} returned scores of shape {scores.shape} and "
             f"candidates of shape {shape} for a pool of {total} pairs: give one score per pair"
         )
-    keep, dropped = budget.cut(scores, selector.higher_is_better, candidates)
-    counts = {"pairs_in": total, **dropped, "pairs_out": int(keep.sum())}
-    return Selection(keep, scores, counts)
+    keep, dropped = budget.cut_rows(scores, selector.higher_is_better, candidates)
+    counts = {reason: int(rows.sum()) for reason, rows in dropped.items()}
+    return Selection(
+        keep, scores, {"pairs_in": total, **counts, "pairs_out": int(keep.sum())}, dropped
+    )

@@ -3,12 +3,13 @@ fetched at view time), rebuilt from the workdir alone, also while a run is going
 
 What it reads: the plan the runner writes when a run starts (``plan.json``: every step with its
 kind, folder, inputs, stage and the resources it holds), each finished step's
-``manifest.json``, the working folders of steps still running, the clean steps' samples of
-rejected pairs and, through each step kind's :meth:`mtcore.contracts.step.Step.curves`, the
-training curves a step has logged so far. Sections: the stage table (with each stage's change
-and, where the evaluate steps kept their hypotheses, the paired bootstrap p-value against the
-stage above it), training curves, the data funnel, rejected samples, the plan graph and the
-step table (status, cache state, seconds, resources held, output size).
+``manifest.json``, the working folders of steps still running, the clean and selecting steps'
+samples of rejected pairs and, through each step kind's
+:meth:`mtcore.contracts.step.Step.curves`, the training curves a step has logged so far.
+Sections: the stage table (with each stage's change and, where the evaluate steps kept their
+hypotheses, the paired bootstrap p-value against the stage above it), training curves, the
+data funnel, rejected samples, the plan graph and the step table (status, cache state,
+seconds, resources held, output size).
 
 What each section shows is plain data (:mod:`mtcore.report.page_data`, the charts' geometry in
 :mod:`mtcore.report.page_charts`); Jinja2 templates (``templates/``, package data) draw it with

@@ -68,6 +68,25 @@ def ticks(low: float, high: float, count: int = 4, whole: bool = False) -> list[
     return out
 
 
+def tick_labels(values: Sequence[float]) -> list[str]:
+    """Labels of evenly spaced ticks, each with the decimals their spacing needs, so that no
+    two ticks read the same (9.645 and 9.65, not 9.65 twice)."""
+    if len(values) < 2:
+        return [nice(v) for v in values]
+    step = abs(values[1] - values[0])
+    places = -math.floor(math.log10(step) + 1e-9)
+    largest = max(abs(v) for v in values)
+    if largest < 1e-3 or largest >= 1e6:  # scientific, with the digits the step needs
+        digits = max(0, math.floor(math.log10(largest)) + places)
+        return ["0" if abs(v) < step / 2 else f"{v:.{digits}e}" for v in values]
+    return [f"{0.0 if abs(v) < step / 2 else v:,.{max(0, places)}f}" for v in values]
+
+
+def series_colours(names: Sequence[str]) -> dict[str, str]:
+    """A colour per series name, the same in every chart that draws it."""
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(dict.fromkeys(names))}
+
+
 def _bounds(points: Sequence[tuple[int, float]]) -> tuple[float, float, float, float]:
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
@@ -81,15 +100,20 @@ def _bounds(points: Sequence[tuple[int, float]]) -> tuple[float, float, float, f
 
 
 def line_chart_data(
-    series: dict[str, list[tuple[int, float]]], title: str, x_label: str = "update"
+    series: dict[str, list[tuple[int, float]]],
+    title: str,
+    x_label: str = "update",
+    colours: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
-    """A line chart, a line per series, with axes, ticks and a legend; None without points."""
+    """A line chart, a line per series, with axes, ticks and a legend; None without points.
+    ``colours``: each series' colour (:func:`series_colours`), by default in turn."""
     width, height, left, right, top, bottom = 460, 230, 62, 12, 26, 40
     points = [p for line in series.values() for p in line]
     if not points:
         return None
     x0, x1, y0, y1 = _bounds(points)
     plot_w, plot_h = width - left - right, height - top - bottom
+    y_ticks, x_ticks = ticks(y0, y1), ticks(x0, x1, whole=True)
 
     def sx(x: float) -> str:
         return f"{left + (x - x0) / (x1 - x0) * plot_w:.1f}"
@@ -98,11 +122,12 @@ def line_chart_data(
         return f"{top + (1 - (y - y0) / (y1 - y0)) * plot_h + shift:.1f}"
 
     lines = []
+    colour = colours or series_colours(list(series))
     for i, (name, line) in enumerate(series.items()):
         lines.append(
             {
                 "name": name,
-                "colour": PALETTE[i % len(PALETTE)],
+                "colour": colour.get(name, PALETTE[i % len(PALETTE)]),
                 "points": " ".join(f"{sx(x)},{sy(y)}" for x, y in line) if len(line) > 1 else "",
                 "dots": [
                     {"cx": sx(x), "cy": sy(y), "tip": f"{name} @ {x}: {nice(y)}"}
@@ -120,10 +145,13 @@ def line_chart_data(
         "tick_x": left - 4,
         "frame": {"x": left, "y": top, "width": plot_w, "height": plot_h},
         "grid": [
-            {"x2": left + plot_w, "y": sy(y), "label_y": sy(y, 4), "label": nice(y)}
-            for y in ticks(y0, y1)
+            {"x2": left + plot_w, "y": sy(y), "label_y": sy(y, 4), "label": label}
+            for y, label in zip(y_ticks, tick_labels(y_ticks), strict=True)
         ],
-        "x_ticks": [{"x": sx(x), "label": nice(x)} for x in ticks(x0, x1, whole=True)],
+        "x_ticks": [
+            {"x": sx(x), "label": label}
+            for x, label in zip(x_ticks, tick_labels(x_ticks), strict=True)
+        ],
         "x_tick_y": top + plot_h + 14,
         "x_label": {"x": f"{left + plot_w / 2:.0f}", "y": height - 6, "text": x_label},
         "lines": lines,
@@ -136,7 +164,9 @@ def bar_chart_data(
     """Horizontal bars: (label, value, link target or "") per row; None without rows."""
     if not rows:
         return None
-    width, bar, left = 560, 18, 190
+    longest = max(len(label) for label, _, _ in rows)
+    left = min(max(190, 6 * longest + 12), 400)  # room for the labels (10 px text)
+    width, bar = left + 370, 18
     most = max(value for _, value, _ in rows) or 1.0
     bars = []
     for i, (label, value, target) in enumerate(rows):

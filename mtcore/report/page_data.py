@@ -3,16 +3,21 @@ templates in ``templates/``; none of it is markup, so every text is escaped wher
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtcore.chain.filtering import make_specs
+from mtcore.contracts.errors import MtcoreError
 from mtcore.report.page_charts import (
     STATUS_COLOURS,
     anchor,
     bar_chart_data,
     line_chart_data,
+    nice,
+    series_colours,
     slug,
 )
 
@@ -112,8 +117,22 @@ def stage_table(
     return {
         "columns": [f"{d} {m}" for d, m in columns],
         "rows": body,
-        "signatures": list(dict.fromkeys((r.metric, r.signature) for r in rows)),
+        "signatures": signatures(rows),
     }
+
+
+def signatures(rows: list[Score]) -> list[dict[str, str]]:
+    """Each metric's signatures, with the directions that each was scored in (two BLEU
+    signatures are ``tok:char`` for en-ja and ``tok:13a`` for ja-en)."""
+    directions: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        found = directions.setdefault((row.metric, row.signature), [])
+        if row.direction not in found:
+            found.append(row.direction)
+    return [
+        {"metric": metric, "directions": ", ".join(found), "signature": signature}
+        for (metric, signature), found in directions.items()
+    ]
 
 
 CURVE_GROUPS = (
@@ -124,15 +143,19 @@ CURVE_GROUPS = (
 
 
 def curves(data: PageData) -> list[dict[str, Any]]:
-    """A block per step that logged curves: its loss, validation and learning-rate charts."""
+    """A block per step that logged curves: its loss, validation and learning-rate charts, a
+    series drawn in the same colour in every chart."""
     models = []
+    drawn = [k for v in data.steps for k in v.curves if any(w(k) for _, w in CURVE_GROUPS)]
+    colours = series_colours(drawn)
     for view in data.steps:
         if not view.curves:
             continue
         charts = []
         for name, wanted in CURVE_GROUPS:
             series = {k: v for k, v in view.curves.items() if wanted(k)}
-            chart = line_chart_data(series, f"{view.id}: {name}") if series else None
+            title = f"{view.id}: {name}"
+            chart = line_chart_data(series, title, colours=colours) if series else None
             if chart is not None:
                 charts.append(chart)
         models.append(
@@ -148,10 +171,14 @@ def curves(data: PageData) -> list[dict[str, Any]]:
 
 
 def funnel_steps(steps: list[StepView]) -> list[StepView]:
+    """The filtering steps: those that count pairs in, out and dropped by some filter or cut
+    (not the steps that rewrite every pair they read: post-processing, truecasing, tagging)."""
     return [
         v
         for v in steps
-        if "pairs_in" in v.manifest.get("counts", {}) and "pairs_out" in v.manifest["counts"]
+        if "pairs_in" in (counts := v.manifest.get("counts", {}))
+        and "pairs_out" in counts
+        and any(key.startswith("dropped.") for key in counts)
     ]
 
 
@@ -217,8 +244,46 @@ def _reject_rows(folder: Path, name: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _setting(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else str(value)
+
+
+def _entry_settings(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """The settings behind the drops counted as ``dropped.<name>``: a clean step's chain entry
+    of that label (its threshold, its ``keep`` rule), or a selecting step's settings."""
+    entries = config.get("filters")
+    if not isinstance(entries, list):
+        return {k: v for k, v in config.items() if v is not None}
+    try:
+        specs = make_specs(entries)
+    except (MtcoreError, KeyError, TypeError, ValueError):
+        return {}
+    spec = next((s for s in specs if s.label == name), None)
+    if spec is None:
+        return {}
+    keep = spec.get("keep")
+    return {"name": spec.name, **spec.values(), **({} if keep is None else {"keep": keep})}
+
+
+def _cut(view: StepView, name: str) -> str:
+    """What made a filter's or a cut's drops: its settings and, for a ranked cut, the worst
+    score it kept (the metric ``cut_score.<filter>`` of a clean step, ``cut_score`` of a
+    selecting step's rank cut)."""
+    settings = _entry_settings(view.manifest.get("config", {}), name)
+    text = ", ".join(f"{k}: {_setting(v)}" for k, v in settings.items())
+    metrics = view.manifest.get("metrics", {})
+    worst = metrics.get(f"cut_score.{name}")
+    if worst is None and name == "rank" and "filters" not in view.manifest.get("config", {}):
+        worst = metrics.get("cut_score")
+    if isinstance(worst, int | float):
+        text += f"; worst score kept {nice(float(worst))}"
+    return text if len(text) <= REJECT_CELL else text[:REJECT_CELL] + "…"
+
+
 def rejects(data: PageData) -> list[dict[str, Any]]:
-    """A block per filter that dropped pairs: a sample of them, or none kept."""
+    """A block per filter or cut that dropped pairs: what it was set to, a sample of them
+    with the score each was dropped by ("not recorded" where the step kept none: a workdir
+    older than the scores, a filter without a score), or that no sample was kept."""
     blocks = []
     for view in funnel_steps(data.steps):
         if view.folder is None:
@@ -227,6 +292,7 @@ def rejects(data: PageData) -> list[dict[str, Any]]:
             if not key.startswith("dropped.") or not dropped:
                 continue
             name = key[len("dropped.") :]
+            rows = _reject_rows(view.folder, name)
             blocks.append(
                 {
                     "id": view.id,
@@ -234,7 +300,9 @@ def rejects(data: PageData) -> list[dict[str, Any]]:
                     "anchor": anchor(view.id),
                     "block": _reject_anchor(view, name),
                     "dropped": f"{dropped:,}",
-                    "rows": _reject_rows(view.folder, name),
+                    "cut": _cut(view, name),
+                    "rows": rows,
+                    "scored": any(row["score"] for row in rows),
                 }
             )
     return blocks
@@ -294,23 +362,45 @@ def step_rows(data: PageData) -> list[dict[str, Any]]:
     return rows
 
 
+def _measured(view: StepView) -> float | None:
+    """The seconds a finished step took when it ran (its manifest keeps them when a later run
+    takes it from the cache)."""
+    seconds = view.manifest.get("seconds")
+    return float(seconds) if isinstance(seconds, int | float) else None
+
+
 def longest_steps(data: PageData) -> dict[str, Any] | None:
+    """The 15 longest steps by the time each took when it ran, a cached one labelled so."""
     timed = sorted(
         (
-            (v.id, float(v.manifest["seconds"]), anchor(v.id))
-            for v in data.steps
-            if isinstance(v.manifest.get("seconds"), int | float) and v.status != "cached"
+            (view.id + (" (cached)" if view.status == "cached" else ""), seconds, anchor(view.id))
+            for view in data.steps
+            if (seconds := _measured(view)) is not None
         ),
         key=lambda row: -row[1],
     )[:15]
-    return bar_chart_data(timed, "longest steps of this run (seconds)", " s")
+    return bar_chart_data(timed, "longest steps (seconds, measured when each ran)", " s")
+
+
+def _timing(data: PageData) -> str:
+    """The steps' measured time, and how much of it this run spent where some came from the
+    cache."""
+    measured = [(view.status, s) for view in data.steps if (s := _measured(view)) is not None]
+    total = sum(s for _, s in measured)
+    text = f"{total:,.0f} s of step time measured when the steps ran"
+    cached = [s for status, s in measured if status == "cached"]
+    if cached:
+        text += (
+            f" ({sum(s for status, s in measured if status == 'ran'):,.0f} s in this run; "
+            f"{len(cached)} steps from the cache, {sum(cached):,.0f} s when they ran)"
+        )
+    return text
 
 
 def header(data: PageData) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for view in data.steps:
         counts[view.status] = counts.get(view.status, 0) + 1
-    total = sum(float(v.manifest.get("seconds", 0)) for v in data.steps if v.status != "cached")
     return {
         "title": data.recipe + (f" ({data.label})" if data.label else ""),
         "profile": data.profile or "",
@@ -318,7 +408,7 @@ def header(data: PageData) -> dict[str, Any]:
         "ablated": ", ".join(data.ablated),
         "steps": len(data.steps),
         "summary": ", ".join(f"{n} {status}" for status, n in counts.items()),
-        "seconds": f"{total:,.0f}",
+        "timing": _timing(data),
         "workdir": str(data.workdir),
         "written": time.strftime("%Y-%m-%d %H:%M:%S"),
         "state": "a run is going on: rebuild with `mtcore report`"

@@ -300,6 +300,14 @@ class RawBlock:
         mask = np.repeat(keep, lengths)
         return np.frombuffer(self.raws[side], dtype=np.uint8)[mask].tobytes()
 
+    def pair(self, row: int) -> str:
+        """Line ``row`` of every side, joined by tabs (a rejected pair as a step shows it)."""
+        sides = []
+        for side, ends in enumerate(self.ends):
+            start = int(ends[row - 1]) + 1 if row else 0
+            sides.append(self.raws[side][start : int(ends[row])].decode("utf-8", "replace"))
+        return "\t".join(sides)
+
 
 _NL = b"\n"
 

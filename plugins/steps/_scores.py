@@ -21,6 +21,7 @@ from mtcore.api import (
 
 SCORES_FILE = "scores.tsv"
 SHARD = 100_000  # pairs per block when writing the kept lines
+REJECT_SAMPLES = 50  # rejected pairs a selecting step keeps per reason (the clean step's default)
 
 
 def write_kept(
@@ -89,3 +90,40 @@ def scores_input(
             f"(columns: {', '.join(header)})"
         )
     return header, table, table[:, header.index(column)]
+
+
+def write_reject_sample(out: Path, label: str, lines: list[str], scores: list[str]) -> None:
+    """``<label>.tsv`` (a rejected pair a line, sides joined by tabs) and, where any pair has a
+    score, ``<label>.scores`` (line i: the score of pair i, as text): what the run page shows
+    of the pairs a filter or a cut dropped."""
+    with open(out / f"{label}.tsv", "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(line + "\n" for line in lines)
+    if any(scores):
+        with open(out / f"{label}.scores", "w", encoding="utf-8", newline="\n") as handle:
+            handle.writelines(score + "\n" for score in scores)
+
+
+def write_rejects(
+    out: Path,
+    corpus: Corpus,
+    dropped: dict[str, np.ndarray],
+    scores: np.ndarray,
+    samples: int = REJECT_SAMPLES,
+) -> None:
+    """For each reason (``dropped.rank``: a mask over ``corpus``), the first ``samples`` pairs
+    it dropped and their ``scores``, as :func:`write_reject_sample` writes them (``rank.tsv``,
+    ``rank.scores``)."""
+    wanted = {reason: np.flatnonzero(rows)[:samples] for reason, rows in dropped.items()}
+    lines: dict[str, list[str]] = {reason: [] for reason in wanted}
+    last = max((int(rows[-1]) for rows in wanted.values() if len(rows)), default=-1)
+    start = 0
+    for raw in BlockReader(corpus.files(), SHARD) if last >= 0 else ():
+        for reason, rows in wanted.items():
+            inside = rows[(rows >= start) & (rows < start + raw.count)]
+            lines[reason] += [raw.pair(int(row) - start) for row in inside]
+        start += raw.count
+        if start > last:
+            break
+    for reason, rows in wanted.items():
+        shown = [f"{value:.4g}" for value in scores[rows]]
+        write_reject_sample(out, reason.removeprefix("dropped."), lines[reason], shown)

@@ -10,15 +10,16 @@ import numpy as np
 
 from mtcore.api import Corpus, PluginError, Registry, Selector, StepContext
 from mtcore.api.engine import Budget, component_specs, select_pool
-from mtcore_plugins.steps._scores import write_kept, write_scores
+from mtcore_plugins.steps._scores import write_kept, write_rejects, write_scores
 
 
 class SelectorRun:
     """Mixin of a step (``class SelectionStep(SelectorRun, Step[SelectionConfig])``) that runs
     one selector over the ``corpus`` input: fit the selector on the other inputs, score the
-    pool, cut by a budget, write the outputs. ``selection`` reads the selector and budget from
-    its settings; the older ``knn_select`` and ``topic_select`` derive both from theirs and
-    write their own tables beside."""
+    pool, cut by a budget, write the outputs (``rejects``: the first pairs each cut dropped,
+    with their scores, as the clean step writes them). ``selection`` reads the selector and
+    budget from its settings; the older ``knn_select`` and ``topic_select`` derive both from
+    theirs and write their own tables beside."""
 
     parallel = True  # its shards go through ctx.executor
 
@@ -54,6 +55,7 @@ class SelectorRun:
         selector.fit(ctx, pool, inputs)
         selection = select_pool(ctx, pool, selector, self.budget())
         write_kept(ctx.output("corpus"), pool, selection.keep)
+        write_rejects(ctx.output("rejects"), pool, selection.dropped, selection.scores)
         self.write(ctx, selector, selection.keep, selection.scores)
         for key, count in selection.counts.items():
             ctx.stats.add(key, count)

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from mtcore.api import Corpus, CorpusWriter, PluginConfig, Registry, Step, StepContext, components
 from mtcore.api.engine import ENGINE_KEYS, check_chain, clean_corpus, entry_name
+from mtcore_plugins.steps._scores import write_reject_sample
 
 
 class CleanConfig(PluginConfig):
@@ -34,7 +35,9 @@ class CleanConfig(PluginConfig):
 class CleanStep(Step[CleanConfig]):
     """Outputs the kept pairs (``corpus``) and, per filter, a sample of the pairs it dropped
     (``rejects/<filter>.tsv``, with the score that rejected each in ``rejects/<filter>.scores``
-    where the filter has one); the manifest counts pairs in, out and dropped per filter.
+    where the filter has one, the key a ranked entry ranked it by); the manifest counts pairs
+    in, out and dropped per filter, and the metric ``cut_score.<filter>`` of a ranked entry is
+    its worst kept key.
     Inputs other than ``corpus`` are resources for filters (a language model, a test set to
     exclude), which name the input role in their settings."""
 
@@ -56,14 +59,11 @@ class CleanStep(Step[CleanConfig]):
         for label, dropped in result.dropped.items():
             ctx.stats.add(f"dropped.{label}", dropped)
         ctx.stats.add("pairs_out", result.pairs_out)
+        for label, value in result.cuts.items():
+            ctx.metrics[f"cut_score.{label}"] = value
         folder = ctx.output("rejects")
         for label, lines in result.rejects.items():
-            with open(folder / f"{label}.tsv", "w", encoding="utf-8", newline="\n") as handle:
-                handle.writelines(line + "\n" for line in lines)
-            scores = result.reject_scores.get(label, [])
-            if any(scores):  # line i: the score that rejected pair i of <label>.tsv
-                with open(folder / f"{label}.scores", "w", encoding="utf-8") as handle:
-                    handle.writelines(score + "\n" for score in scores)
+            write_reject_sample(folder, label, lines, result.reject_scores.get(label, []))
 
 
 def _name(entry: dict[str, Any] | str) -> str:

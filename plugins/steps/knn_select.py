@@ -38,12 +38,13 @@ class KnnSelectConfig(KnnConfig):
 
 
 class KnnSelectStep(SelectorRun, Step[KnnSelectConfig]):
-    """Outputs ``corpus`` (the selected pairs, corpus order) and ``neighbours/neighbours.tsv``
-    (domain line, rank, corpus line, cosine; lines numbered from 1)."""
+    """Outputs ``corpus`` (the selected pairs, corpus order), ``neighbours/neighbours.tsv``
+    (domain line, rank, corpus line, cosine; lines numbered from 1) and ``rejects`` (the
+    first pairs each cut dropped, with their scores)."""
 
     name = "knn_select"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "domain": True}
-    outputs: ClassVar[tuple[str, ...]] = ("corpus", "neighbours")
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "neighbours", "rejects")
 
     def selector_entry(self) -> dict[str, Any]:
         return {"name": "knn", **self.config.model_dump(exclude={"max_pairs"})}

@@ -22,7 +22,13 @@ from pydantic import Field, model_validator
 
 from mtcore.api import Corpus, DataError, PluginConfig, Step, StepContext
 from mtcore.api.engine import Budget, KeepSpec
-from mtcore_plugins.steps._scores import SCORES_FILE, read_scores, write_kept, write_scores
+from mtcore_plugins.steps._scores import (
+    SCORES_FILE,
+    read_scores,
+    write_kept,
+    write_rejects,
+    write_scores,
+)
 
 BUDGET_FIELDS = ("threshold", "top_k", "top_fraction", "percentile")
 
@@ -79,13 +85,15 @@ class SelectConfig(PluginConfig):
 
 
 class SelectStep(Step[SelectConfig]):
-    """Outputs ``corpus`` (the kept pairs, in corpus order) and ``scores`` (their rows of the
-    score table, same header). Counts ``pairs_in``, ``pairs_out``, ``dropped.threshold`` and
-    ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
+    """Outputs ``corpus`` (the kept pairs, in corpus order), ``scores`` (their rows of the
+    score table, same header) and ``rejects`` (the first pairs each cut dropped, with the
+    score they were cut by: ``threshold.tsv``, ``rank.tsv`` as the clean step writes them).
+    Counts ``pairs_in``, ``pairs_out``, ``dropped.threshold`` and ``dropped.rank``; the metric
+    ``cut_score`` is the worst score kept."""
 
     name = "select"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "scores": True}
-    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores", "rejects")
 
     def run(self, ctx: StepContext) -> None:
         corpus = Corpus.open(ctx.inputs["corpus"].path)
@@ -103,8 +111,9 @@ class SelectStep(Step[SelectConfig]):
                 f"{corpus.path} has {total} pairs: score the same corpus you select from"
             )
         keys = self.keys(header, table, ctx.step_id)
-        keep = self.cut(keys, ctx)
+        keep, dropped = self.cut(keys, ctx)
         self._write(ctx, corpus, keep)
+        write_rejects(ctx.output("rejects"), corpus, dropped, keys)
         write_scores(ctx.output("scores"), header, table[keep])
         ctx.stats.add("pairs_in", total)
         ctx.stats.add("pairs_out", int(keep.sum()))
@@ -127,15 +136,16 @@ class SelectStep(Step[SelectConfig]):
             keys += weight * table[:, header.index(column)]
         return keys
 
-    def cut(self, keys: np.ndarray, ctx: StepContext) -> np.ndarray:
-        """Which pairs are kept: the threshold first, then the rank rule on the survivors (the
-        core's selection budget, as the selection step applies it)."""
+    def cut(self, keys: np.ndarray, ctx: StepContext) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Which pairs are kept, and which each cut dropped: the threshold first, then the
+        rank rule on the survivors (the core's selection budget, as the selection step
+        applies it)."""
         config = self.config
         budget = Budget.model_validate(config.model_dump(include=set(BUDGET_FIELDS)))
-        keep, dropped = budget.cut(keys, config.direction == "higher")
-        for reason, count in dropped.items():
-            ctx.stats.add(reason, count)
-        return keep
+        keep, dropped = budget.cut_rows(keys, config.direction == "higher")
+        for reason, rows in dropped.items():
+            ctx.stats.add(reason, int(rows.sum()))
+        return keep, dropped
 
     @staticmethod
     def _write(ctx: StepContext, corpus: Corpus, keep: np.ndarray) -> None:

@@ -36,13 +36,14 @@ class SelectionConfig(Budget):
 
 class SelectionStep(SelectorRun, Step[SelectionConfig]):
     """Outputs ``corpus`` (the kept pairs, in corpus order, bytes unchanged) and ``scores``
-    (their scores, one column named after the selector). Counts ``pairs_in``, ``pairs_out``,
+    (their scores, one column named after the selector), and ``rejects`` (the first pairs
+    each cut dropped, with their scores). Counts ``pairs_in``, ``pairs_out``,
     ``dropped.selector`` (not a candidate of the selector), ``dropped.threshold`` and
     ``dropped.rank``; the metric ``cut_score`` is the worst score kept."""
 
     name = "selection"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
-    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores")
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores", "rejects")
 
     def selector_entry(self) -> dict[str, Any]:
         return dict(entry_dict(self.config.selector))

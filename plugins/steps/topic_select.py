@@ -40,12 +40,13 @@ class TopicSelectConfig(TopicConfig):
 
 class TopicSelectStep(SelectorRun, Step[TopicSelectConfig]):
     """Outputs ``corpus`` (related pairs, corpus order), ``scores`` (one row per input pair:
-    shared TF-IDF weight and number of shared topic terms) and ``terms/terms.tsv`` (each topic
-    term with its document frequency and idf)."""
+    shared TF-IDF weight and number of shared topic terms), ``terms/terms.tsv`` (each topic
+    term with its document frequency and idf) and ``rejects`` (the first pairs each cut
+    dropped, with their scores)."""
 
     name = "topic_select"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "test": True}
-    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores", "terms")
+    outputs: ClassVar[tuple[str, ...]] = ("corpus", "scores", "terms", "rejects")
 
     def selector_entry(self) -> dict[str, Any]:
         settings = self.config.model_dump(exclude={"top_k", "top_fraction"})

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,22 @@ def view_page(page: Path, shots: Path) -> Seen:
         finally:
             browser.close()
     return seen
+
+
+def read_page(page: Path, script: str) -> tuple[list[str], Any]:
+    """Opens ``page`` in headless Chromium and evaluates ``script`` (a JavaScript function of
+    no arguments) on it: the console and page errors, and what the function returned."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            tab.on("pageerror", lambda e: errors.append(str(e)))
+            tab.goto(page.resolve().as_uri())
+            found = tab.evaluate(script)
+        finally:
+            browser.close()
+    return errors, found

@@ -343,8 +343,8 @@ def run_doc(doc, registry, workdir):
     return Runner(recipe, registry, workdir, show_progress=False).run()
 
 
-def corpus_lines(path: Path, lang: str) -> list[str]:
-    return (path / f"corpus.{lang}").read_text(encoding="utf-8").split("\n")[:-1]
+def corpus_lines(path: Path, lang: str, name: str = "") -> list[str]:
+    return (path / (name or f"corpus.{lang}")).read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def test_clean_step_output_is_the_kept_input_pairs_for_1_and_2_workers(
@@ -413,6 +413,47 @@ def test_ranked_entry_can_apply_its_threshold_first(tmp_path, registry, enja_fil
     assert 10 < over < 390  # the threshold alone drops some, not all
     assert counts["pairs_out"] == 10
     assert counts["dropped.length_ratio"] == 400 - 10
+
+
+def test_every_sampled_reject_has_the_score_that_dropped_it(tmp_path, registry, enja_files):
+    """Issue 71: with a ranked entry in the chain (two passes), the samples of every filter
+    still carry their scores: a threshold filter's the score its threshold rejected, the ranked
+    entry's the score its own threshold rejected (threshold_too) or the key it ranked last by,
+    worse than its recorded cut; a stateful filter (dedup) has none."""
+    chain = [
+        {"name": "length", "unit": "char", "max_length": 60},
+        {"name": "dedup", "key": "pair"},
+        {"name": "length_ratio", "unit": "char", "max_ratio": 2.5,
+         "keep": {"top_fraction": 0.3, "threshold_too": True}},
+    ]  # fmt: skip
+    for path in enja_files.values():  # 20 pairs twice, for dedup
+        lines = path.read_text(encoding="utf-8").split("\n")[:-1]
+        path.write_text("\n".join(lines + lines[:20]) + "\n", encoding="utf-8")
+    doc = clean_split_recipe("scores", enja_files, chain, held_out=2)
+    doc["steps"]["clean"]["shard_size"] = 37
+    doc["steps"]["clean"]["reject_samples"] = 400
+    step = next(
+        r for r in run_doc(doc, registry, tmp_path / "w").results if r.planned.id == "clean"
+    )
+    rejects, counts = step.path / "rejects", step.manifest["counts"]
+    cut = step.manifest["metrics"]["cut_score.length_ratio"]
+    length, ratio = (
+        build(registry, "length", unit="char", max_length=60),
+        build(registry, "length_ratio", unit="char", max_ratio=2.5),
+    )
+    for label, plugin in (("length", length), ("length_ratio", ratio)):
+        pairs = [tuple(line.split("\t")) for line in corpus_lines(rejects, "x", f"{label}.tsv")]
+        shown = corpus_lines(rejects, "x", f"{label}.scores")
+        assert len(pairs) == len(shown) == counts[f"dropped.{label}"] > 0
+        scores = plugin.score_block(TextBlock.from_pairs(pairs, LANGS))
+        for pair_scores, text in zip(np.atleast_1d(scores), shown, strict=True):
+            values = [float(v) for v in text.split()]
+            assert np.allclose(values, np.ravel(pair_scores), rtol=1e-3), (text, pair_scores)
+    ratios = [float(text) for text in corpus_lines(rejects, "x", "length_ratio.scores")]
+    assert any(r > 2.5 for r in ratios) and any(cut <= r <= 2.5 for r in ratios)
+    assert all(r >= cut for r in ratios)  # lower is better: every rank reject above the cut
+    assert counts["dropped.dedup"] > 0 and not (rejects / "dedup.scores").exists()
+    assert counts["pairs_in"] == 420
 
 
 def test_ranking_rules_and_chain_checks(registry):

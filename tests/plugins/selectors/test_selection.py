@@ -193,6 +193,29 @@ def test_select_cuts_are_exact(
     assert kept_table.tolist() == table[rows].tolist()
 
 
+def test_select_keeps_a_sample_of_each_cut_with_its_score(
+    scored: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 71: what each cut of a select step dropped reaches the run page: the first 50
+    pairs the threshold dropped and the first 50 the rank cut dropped, in corpus order, each
+    with the score it was cut by (no better than the worst kept, ``cut_score``)."""
+    header, table, pairs = scored["header"], scored["table"], scored["pairs"]
+    en = table[:, header.index("length.en")]
+    settings = {"column": "length.en", "direction": "higher", "threshold": 30, "top_k": 30}
+    _, ctx = run_select(scored, tmp_path, **settings)
+    under = [i for i in range(400) if en[i] < 30]
+    alive = [i for i in range(400) if en[i] >= 30]
+    kept = set(alive[j] for j in expected_top(en[alive], 30, True))
+    ranked_out = [i for i in alive if i not in kept]
+    for name, rows in (("threshold", under), ("rank", ranked_out)):
+        lines = (tmp_path / "rejects" / f"{name}.tsv").read_text(encoding="utf-8").splitlines()
+        shown = (tmp_path / "rejects" / f"{name}.scores").read_text(encoding="utf-8").split()
+        assert ctx.stats[f"dropped.{name}"] == len(rows) > 50
+        assert lines == ["\t".join(pairs[i]) for i in rows[:50]]
+        assert [float(s) for s in shown] == [en[i] for i in rows[:50]]
+    assert max(en[i] for i in ranked_out) <= ctx.metrics["cut_score"]
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
