@@ -28,7 +28,11 @@ DIRECTION = click.option(
     "--direction", "-d", default=None, help="en-ja or enja (default: the recipe's only one)."
 )
 STAGE = click.option(
-    "--stage", "-s", default=None, help="A stage of the recipe (default: the direction's last)."
+    "--stage",
+    "-s",
+    default=None,
+    help="A stage of the recipe (default: the one its `submitted` names for the direction, "
+    "else the direction's last; --list-stages marks it).",
 )
 
 
@@ -75,7 +79,12 @@ STAGE = click.option(
     is_flag=True,
     help="Repair invalid UTF-8 (U+FFFD) and NUL bytes instead of stopping at the line.",
 )
-@click.option("--list-stages", is_flag=True, help="List the stages and directions, then stop.")
+@click.option(
+    "--list-stages",
+    is_flag=True,
+    help="List the stages and directions (marking the submitted ones and the recipe's notes), "
+    "then stop.",
+)
 def translate(
     recipe: Path | None,
     profile: str | None,
@@ -93,6 +102,7 @@ def translate(
     """Translate new text with a stage of a finished run: the same steps the run takes from its
     test set to that stage's evaluated output (preprocessing, models or ensemble, n-best
     reranking with the tuned weights, post-processing), one output line per input line."""
+    from mtcore.recipe.stages import stage_mark
     from mtcore.system.inference import Translator, build_hint, stages
 
     progress = sys.stderr.isatty()
@@ -111,8 +121,13 @@ def translate(
         raise MtcoreError("give RECIPE (and --workdir), or --system DIR")
     registry, loaded, _ = load(recipe, profile, sets)
     if list_stages:
+        head = loaded.head
         for found in stages(loaded):
-            click.echo(f"{found.direction}\t{found.name}\t(scored by {found.evaluate})")
+            mark = stage_mark(
+                head.submitted, head.stage_notes, loaded.steps, found.name, found.direction
+            )
+            line = f"{found.direction}\t{found.name}\t(scored by {found.evaluate})"
+            click.echo(line + (f"\t{mark}" if mark else ""))
         return
     where = default_workdir(loaded, workdir)
     system = Translator.from_run(loaded, registry, where, direction, stage, device, progress,

@@ -24,6 +24,7 @@ from mtcore.recipe.graph import (
     split_reference as split_reference,
 )
 from mtcore.recipe.overrides import resolve_document, safe_yaml
+from mtcore.recipe.stages import check_stage_keys
 
 STEP_KEYS = ("kind", "inputs", "bypass")  # bypass: stand-ins used by --ablate (ablation.py)
 VARIADIC = "*"  # a step whose ``inputs`` has this role takes any role names, in recipe order
@@ -84,6 +85,14 @@ class RecipeHead(BaseModel):
     description: str = ""
     paper: str | None = Field(None, description="citation of the system this recipe replicates")
     directions: list[str] = Field(default_factory=list)
+    submitted: dict[str, str] = Field(
+        default_factory=dict,
+        description="per direction (en-ja): the stage the paper submitted; mtcore translate "
+        "and export serve it by default (else the direction's last stage)",
+    )
+    stage_notes: dict[str, str] = Field(
+        default_factory=dict, description="per stage: a note the stage listings show"
+    )
     vars: dict[str, Any] = Field(default_factory=dict)
     executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
     scheduler: SchedulerSpec = Field(default_factory=lambda: SchedulerSpec())
@@ -206,6 +215,7 @@ def build_recipe(
     check_references(steps, problems, named)
     check_unbuilt_references(head.steps, steps, problems, named)
     _check_resources(head.resources, steps, problems)
+    check_stage_keys(head.submitted, head.stage_notes, steps, problems)
     if not problems:
         check_cycles(steps, problems)
     if problems:

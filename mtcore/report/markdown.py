@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtcore.contracts.hooks import hookimpl
+from mtcore.recipe.stages import stage_mark
 
 if TYPE_CHECKING:
     from mtcore.recipe.load import Recipe
@@ -99,11 +100,12 @@ def direction_table(rows: list[ScoreRow]) -> list[str]:
     return lines
 
 
-def stage_table(rows: list[ScoreRow]) -> list[str]:
+def stage_table(rows: list[ScoreRow], marks: dict[str, str] | None = None) -> list[str]:
     """Markdown: a row per stage, a column per (direction, metric), for the steps that score a
     stage (:meth:`mtcore.contracts.step.Step.stage`: one per stage of a paper's system, in recipe
     order);
-    each cell also shows the change from the stage above it."""
+    each cell also shows the change from the stage above it. ``marks``: per stage, what its
+    name cell adds (``submitted``, a note: :func:`mtcore.recipe.stages.stage_mark`)."""
     kept = [(r.stage, r) for r in rows if r.stage is not None]
     if not kept:
         return []
@@ -123,7 +125,9 @@ def stage_table(rows: list[ScoreRow]) -> list[str]:
             if value is not None and before is not None:
                 text += f" ({value - before:+.2f})"
             shown.append(text)
-        lines.append(f"| {stage} | " + " | ".join(shown) + " |")
+        mark = (marks or {}).get(stage)
+        name = f"{stage} ({mark.replace('|', '/')})" if mark else stage
+        lines.append(f"| {name} | " + " | ".join(shown) + " |")
     return lines
 
 
@@ -200,7 +204,13 @@ def render_report(recipe: Recipe, result: RunResult, plot: str | None = None) ->
             lines.append(
                 f"| {row.step} | {row.metric} | {row.score:.2f} | {_code(row.signature)} |"
             )
-        by_stage = stage_table(rows)
+        head = recipe.head
+        marks = {
+            r.stage: stage_mark(head.submitted, head.stage_notes, recipe.steps, r.stage)
+            for r in rows
+            if r.stage is not None
+        }
+        by_stage = stage_table(rows, marks)
         if by_stage:
             lines += ["", "## Scores by stage", "", *by_stage]
         lines += ["", "## Scores by direction", "", *direction_table(rows), ""]

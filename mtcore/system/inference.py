@@ -35,6 +35,7 @@ from mtcore.data.corpus import Corpus, CorpusWriter, InputPolicy, LineReader
 from mtcore.recipe.load import Recipe, split_reference
 from mtcore.recipe.paths import step_dirname
 from mtcore.recipe.plan import PlannedStep, make_plan, step_dir, topological_order
+from mtcore.recipe.stages import compact
 from mtcore.run.runner import is_complete, run_plugin
 
 STRICT_KEEP = InputPolicy()
@@ -73,8 +74,9 @@ def stages(recipe: Recipe) -> list[Stage]:
 
 
 def choose_stage(recipe: Recipe, direction: str | None, stage: str | None) -> Stage:
-    """The stage asked for; ``direction`` ``en-ja`` or ``enja``; ``stage`` defaults to the
-    direction's last. An unknown one is an error listing the valid ones."""
+    """The stage asked for; ``direction`` ``en-ja`` or ``enja``; ``stage`` defaults to the one
+    the recipe's ``submitted`` names for the direction, else the direction's last. An unknown
+    one is an error listing the valid ones."""
     found = stages(recipe)
     if not found:
         raise MtcoreError(
@@ -86,14 +88,15 @@ def choose_stage(recipe: Recipe, direction: str | None, stage: str | None) -> St
         if len(directions) > 1:
             raise MtcoreError(f"give --direction, one of: {', '.join(directions)}")
         direction = directions[0]
-    wanted = direction.replace("-", "").replace("_", "")
+    wanted = compact(direction)
     if wanted not in directions:
         raise MtcoreError(
             f"recipe {recipe.name!r} has no direction {direction!r}; valid: {', '.join(directions)}"
         )
     named = [s for s in found if s.direction == wanted]
     if stage is None:
-        return named[-1]
+        submitted = {compact(k): v for k, v in recipe.head.submitted.items()}.get(wanted)
+        return next((s for s in named if s.name == submitted), named[-1])
     for candidate in named:
         if candidate.name == stage:
             return candidate

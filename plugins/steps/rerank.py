@@ -12,8 +12,8 @@ that maximizes ``sum_j w_j f_j`` (NT5 eq. 1):
 - ``weights``: ``weights.json`` (the weights, the tuner, dev BLEU before and after) and the
   dev n-best with its features (``dev.nbest.jsonl``).
 
-Features weighed: the scorers' columns plus those the n-best already carries (the decoder's
-``fwd``), or the ones ``weigh`` lists.
+Features weighed: the ones ``weigh`` lists (the four recipes list their papers' features), else
+every column: the scorers' and those the n-best already carries (the decoder's ``fwd``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ class RerankConfig(PluginConfig):
     weigh: list[str] | None = Field(
         None,
         min_length=1,
-        description="feature columns to weigh; default: the scorers' and the n-best's own",
+        description="feature columns to weigh (the n-best's own, such as fwd, and the "
+        "scorers'); default: every column",
     )
     tuner: str | dict[str, Any] = Field(
         "mert",
@@ -136,6 +137,12 @@ class RerankStep(Step[RerankConfig]):
         )  # fmt: skip
         test_writer.close(reranked=True)
         weigh = config.weigh or list(dict.fromkeys(test_writer.features))
+        unknown = [f for f in weigh if f not in test_writer.features]
+        if unknown:
+            raise StepError(
+                f"{ctx.step_id}: weigh names {unknown}, not columns of the n-best; its columns: "
+                f"{', '.join(test_writer.features)}"
+            )
         weights = self._weights(ctx, weigh, dev_entries, dev, tgt)
         self._write(ctx, entries, weights, tgt)
         report = {"weights": weights, "features": weigh}

@@ -135,6 +135,8 @@ def test_report_tables_stages_with_their_changes(tmp_path, registry):
             "eval_baseline_enja": {**evaluate, "inputs": {"hyp": "online", "ref": "test"}},
             "eval_ensemble_enja": {**evaluate, "inputs": {"hyp": "nt5", "ref": "test"}},
         },
+        "submitted": {"en-ja": "baseline"},
+        "stage_notes": {"ensemble": "after the submission"},
     }
     recipe = build_recipe(document, registry)
     result = Runner(recipe, registry, tmp_path / "work", reporting(), show_progress=False).run()
@@ -142,9 +144,12 @@ def test_report_tables_stages_with_their_changes(tmp_path, registry):
     base = result.manifest("eval_baseline_enja")["metrics"]
     ens = result.manifest("eval_ensemble_enja")["metrics"]
     assert "| stage | en-ja BLEU | en-ja chrF |" in report
-    assert f"| baseline | {base['BLEU']['score']:.2f} | {base['chrF']['score']:.2f} |" in report
+    # the submitted stage and a stage's note are marked by its name
+    row = f"| baseline (submitted) | {base['BLEU']['score']:.2f} | {base['chrF']['score']:.2f} |"
+    assert row in report
     change = ens["BLEU"]["score"] - base["BLEU"]["score"]
-    assert f"| ensemble | {ens['BLEU']['score']:.2f} ({change:+.2f}) |" in report
+    row = f"| ensemble (after the submission) | {ens['BLEU']['score']:.2f} ({change:+.2f}) |"
+    assert row in report
     assert abs(change) > 0.01  # two different systems
 
 

@@ -51,7 +51,7 @@ def test_every_stage_of_every_recipe_has_a_path_from_its_test_set(registry, name
 
 def test_nt5_paths_as_the_recipe_builds_them(registry):
     recipe = load(registry, "nt5")
-    rerank = choose_stage(recipe, "en-ja", None)
+    rerank = choose_stage(recipe, "en-ja", "rerank")
     assert (rerank.name, rerank.evaluate) == ("rerank", "eval_rerank_enja")
     assert inference_path(recipe, rerank) == [
         "tc_test",
@@ -59,8 +59,9 @@ def test_nt5_paths_as_the_recipe_builds_them(registry):
         "rerank_enja",
         "post_rerank_enja",
     ]
-    # Table 5 (l), the submitted system: the news-only models' ensemble, no reranking
-    submitted = choose_stage(recipe, "en-ja", "ensnews")
+    # Table 5 (l), the submitted system and the default: the news-only ensemble, no reranking
+    submitted = choose_stage(recipe, "en-ja", None)
+    assert submitted == choose_stage(recipe, "en-ja", "ensnews")
     assert inference_path(recipe, submitted) == [
         "tc_test",
         "ens_news_test_enja",
@@ -123,11 +124,63 @@ def test_the_command_line_says_the_same(tmp_path):
     command = [sys.executable, "-m", "mtcore.cli", "translate", str(NT5), "-w", str(tmp_path)]
     done = subprocess.run([*command, "-d", "ja-en"], input=b"x\n", capture_output=True)
     assert done.returncode == 1
-    assert b"Error: stage 'rerank' (jaen) needs steps that have not finished" in done.stderr
-    assert f"mtcore run {NT5} -w {tmp_path} --until eval_rerank_jaen".encode() in done.stderr
+    assert b"Error: stage 'ensnews' (jaen) needs steps that have not finished" in done.stderr
+    assert f"mtcore run {NT5} -w {tmp_path} --until eval_ensnews_jaen".encode() in done.stderr
     listed = subprocess.run([*command, "--list-stages"], capture_output=True, text=True)
     assert listed.returncode == 0
-    assert "enja\tbaseline\t(scored by eval_baseline_enja)" in listed.stdout.splitlines()
+    lines = listed.stdout.splitlines()
+    assert "enja\tbaseline\t(scored by eval_baseline_enja)" in lines
+    assert "jaen\tensnews\t(scored by eval_ensnews_jaen)\tsubmitted" in lines
+    assert (
+        "enja\trerank\t(scored by eval_rerank_enja)\tTable 5 (o): tried, not submitted (§6)"
+        in lines
+    )
+
+
+SUBMITTED = {
+    "nt5": {"enja": "ensnews", "jaen": "ensnews"},  # Table 5 (l)
+    "yishu": {"zhen": "rerank", "enzh": "rerank"},  # §1: the LM-reranked ensemble
+    "xiaomi": {"zhja": "post", "jazh": "post"},  # Table 2 "*": reranked, post-processed
+    # Tables 2-8: every pair's ensemble (Uk<->En's, not the KD student after it)
+    "hwtsc": dict.fromkeys(
+        ["enuk", "uken", "enliv", "liven", "enzh", "zhen", "enru", "ruen", "enhr", "csuk", "ukcs"],
+        "ensemble",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUBMITTED))
+def test_the_paper_graph_serves_the_submitted_stage_of_every_direction(registry, name):
+    """The rehearsal profile (the paper graph at toy sizes): each direction's default stage is
+    the paper's submission, and the command names it for an unbuilt run."""
+    path = RECIPES / f"{name}.yaml"
+    recipe = build_recipe(read_yaml(path), registry, "rehearsal", source=str(path))
+    directions = {found.direction for found in stages(recipe)}
+    assert directions == set(SUBMITTED[name])
+    for direction, stage in SUBMITTED[name].items():
+        assert choose_stage(recipe, direction, None).name == stage, direction
+
+
+@pytest.mark.parametrize("name", sorted(SUBMITTED))
+def test_the_default_profile_serves_the_submitted_stage(registry, name):
+    """Where the cpu graph has the submitted stage it is the default; HW-TSC's En<->Ru stand-in
+    for Liv<->En names none and serves its last (only) stage."""
+    recipe = load(registry, name)
+    for direction in {found.direction for found in stages(recipe)}:
+        named = [found.name for found in stages(recipe) if found.direction == direction]
+        wanted = SUBMITTED[name][direction]
+        expected = wanted if wanted in named else named[-1]
+        assert choose_stage(recipe, direction, None).name == expected, direction
+        assert (expected == wanted) == (direction != "enru" and direction != "ruen")
+    if name == "hwtsc":  # the KD student comes after the submission, labelled
+        assert [s.name for s in stages(recipe) if s.direction == "uken"][-1] == "kd"
+
+
+def test_without_submitted_the_last_stage_is_served(registry):
+    document = copy.deepcopy(read_yaml(NT5))
+    del document["submitted"]
+    recipe = load(registry, "nt5", document)
+    assert choose_stage(recipe, "en-ja", None).name == "rerank"
 
 
 @pytest.mark.parametrize(

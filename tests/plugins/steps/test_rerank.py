@@ -526,6 +526,30 @@ def test_rerank_tunes_on_dev_and_improves_test_bleu(tuner: str, tmp_path: Path) 
     assert len(dev_entries) == 80 and "length_ratio" in dev_entries[0].hyps[0][1]
 
 
+def test_rerank_weighs_only_the_columns_weigh_lists(tmp_path: Path) -> None:
+    """``weigh`` as the recipes set it (NT5 §5.1's models without the n-best's own column):
+    the tuner sees those columns only, and the choice ignores the others (here ``good``, which
+    would pick the reference every time)."""
+    sources, refs, nbest = japanese_nbest(0, 60, seed=5)
+    dev = write_nbest(tmp_path / "dev", sources, nbest)
+    dev_ref = write_corpus(tmp_path / "dev_ref", sources, refs)
+    step = RerankStep.from_dict({"features": ["length_ratio"], "weigh": ["noise", "length_ratio"]})
+    step.run(context(tmp_path / "rr", nbest=dev, dev_nbest=dev, dev_ref=dev_ref))
+    report = json.loads((tmp_path / "rr/weights/weights.json").read_text())
+    assert report["features"] == ["noise", "length_ratio"]
+    assert set(report["weights"]) == {"noise", "length_ratio"}
+    every = RerankStep.from_dict({"features": ["length_ratio"]})  # unset: every column
+    every.run(context(tmp_path / "all", nbest=dev, dev_nbest=dev, dev_ref=dev_ref))
+    tuned = json.loads((tmp_path / "all/weights/weights.json").read_text())
+    assert tuned["features"] == ["good", "noise", "length_ratio"]
+    # without `good` the reranked dev BLEU stays far from what weighing it reaches
+    assert report["dev_bleu"]["reranked"] + 10 < tuned["dev_bleu"]["reranked"]
+    fixed = {"weigh": ["noise"], "weights": {"good": 5.0, "noise": 1.0}}
+    RerankStep.from_dict(fixed).run(context(tmp_path / "fixed", nbest=dev))
+    hyp = (tmp_path / "fixed/hyp/hyp.ja").read_text(encoding="utf-8").splitlines()
+    assert hyp == [max(h, key=lambda x: x[1]["noise"])[0] for h in nbest]
+
+
 @pytest.mark.parametrize(
     ("settings", "inputs", "error"),
     [
@@ -539,6 +563,8 @@ def test_rerank_tunes_on_dev_and_improves_test_bleu(tuner: str, tmp_path: Path) 
         ({"weights": {"good": 1}}, {}, "no value for features \\['noise'\\]"),
         # a scorer column named like one the n-best already has
         ({"features": [{"name": "word_penalty", "feature": "good"}]}, {}, "already has"),
+        # weigh names a column neither the n-best nor a scorer has
+        ({"weigh": ["fwd"], "weights": {"fwd": 1}}, {}, r"weigh names \['fwd'\], not columns"),
         # a corpus where an n-best list belongs
         ({}, {"nbest": "ref"}, "is not an n-best list"),
     ],
