@@ -71,8 +71,9 @@ from mtcore.contracts.registry import load_registry
     is_flag=False,
     flag_value="",
     metavar="[DIR]",
-    help="TensorBoard event files from every training (fairseq's own logging), a folder per "
-    "step in DIR (default: WORKDIR/tensorboard).",
+    help="TensorBoard event files of every training, a folder per step in DIR (default: "
+    "WORKDIR/tensorboard): fairseq's own while it trains, written from its log at the end for "
+    "one found in the cache.",
 )
 def run(
     recipe: Path,
@@ -101,23 +102,12 @@ def run(
     registry, loaded, hooks = load(recipe, profile, sets)
     name_lock_file(recipe)
     target = default_workdir(loaded, workdir)
-    if track is not None:
-        from mtcore.report.tracking import TRACKER, MlflowTracker
-
-        hooks.register(MlflowTracker(track or None, experiment, registry=registry), name=TRACKER)
-    elif experiment is not None:
-        raise click.UsageError("--experiment names an MLflow experiment: add --track")
-    if tensorboard is not None:
-        import importlib.util
-
-        if importlib.util.find_spec("tensorboard") is None:
-            raise click.UsageError("--tensorboard needs TensorBoard: pip install tensorboard")
-        folder = Path(tensorboard) if tensorboard else target / "tensorboard"
-        os.environ["MTCORE_TENSORBOARD"] = str(folder.resolve())  # the trainings read it
+    said = _trackers(hooks, registry, target, track, experiment, tensorboard)
     if ablations:
         if until is not None:
             raise click.UsageError("--ablate runs whole recipes; leave out --until")
         _ablate(recipe, profile, sets, registry, loaded, hooks, target, ablations, quiet)
+        _say(said)
         return
     runner = Runner(
         loaded,
@@ -154,6 +144,45 @@ def run(
                 click.echo(f"        {name} = {value['score']:.2f}  {value['signature']}")
     click.echo(f"report: {target / 'report.md'}")
     click.echo(f"page: {target / 'report.html'}")
+    _say(said)
+
+
+def _say(trackers: list[Any]) -> None:
+    for tracker in trackers:
+        for line in tracker.summary():
+            click.echo(line)
+
+
+def _trackers(
+    hooks: Any,
+    registry: Any,
+    target: Path,
+    track: str | None,
+    experiment: str | None,
+    tensorboard: str | None,
+) -> list[Any]:
+    """Registers the trackers asked for on the run's hooks; they say what they did at its end
+    (``summary()``)."""
+    trackers: list[Any] = []
+    if track is not None:
+        from mtcore.report.tracking import TRACKER, MlflowTracker
+
+        trackers.append(MlflowTracker(track or None, experiment, registry=registry))
+        hooks.register(trackers[-1], name=TRACKER)
+    elif experiment is not None:
+        raise click.UsageError("--experiment names an MLflow experiment: add --track")
+    if tensorboard is not None:
+        import importlib.util
+
+        from mtcore.report.tensorboard import BOARD, ENV, TensorboardWriter
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise click.UsageError("--tensorboard needs TensorBoard: pip install tensorboard")
+        folder = (Path(tensorboard) if tensorboard else target / "tensorboard").resolve()
+        os.environ[ENV] = str(folder)  # the trainings read it
+        trackers.append(TensorboardWriter(folder, registry))
+        hooks.register(trackers[-1], name=BOARD)
+    return trackers
 
 
 @contextmanager

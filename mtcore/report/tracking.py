@@ -5,7 +5,10 @@ curves logged per update while it trains, each stage score with its signature.
 ``mtcore run --track`` logs to an MLflow database inside the workdir (``mlflow.db``, SQLite:
 embedded, no server; MLflow 3 keeps its old ``./mlruns`` file store in maintenance mode and
 refuses it by default), ``--track URI`` to any MLflow tracking URI (``http://host:5000`` for a
-tracking server, ``sqlite:///path.db``); ``MLFLOW_TRACKING_URI`` is the default when set.
+tracking server, ``sqlite:///path.db``); ``MLFLOW_TRACKING_URI`` is the default when set. An
+experiment it creates on a local store keeps its artifacts in ``WORKDIR/mlartifacts`` (a server
+chooses its own); what goes into the store, and under which names, is
+:mod:`mtcore.report.mlflow_store`'s. At the run's end it says where it logged (:meth:`summary`).
 
 Resume: the workdir's MLflow run and each step's nested run are found again by tags
 (``mtcore.workdir``, ``mtcore.step_dir``), so a resumed ``mtcore run`` continues them. A curve
@@ -17,10 +20,8 @@ without gaps or duplicated points. A step found complete in the cache is logged 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,16 @@ from mtcore import __version__
 from mtcore.contracts.errors import MtcoreError
 from mtcore.contracts.hooks import hookimpl
 from mtcore.recipe.paths import finished_dir, work_dir
+from mtcore.report.mlflow_store import (
+    RAW_TRAINING,
+    artifact_location,
+    flat_params,
+    metric_key,
+    owner_only_store,
+    redact,
+    signature_tag,
+    tracking_uri,
+)
 
 if TYPE_CHECKING:
     from mtcore.contracts.registry import Registry
@@ -41,71 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 TRACKER = "mtcore.tracking"
 """The name the tracker is registered under in a run's hook manager."""
-DEFAULT_DB = "mlflow.db"
-PARAM_LIMIT = 6000  # MLflow's longest parameter value
 BATCH = 1000  # MLflow's most metrics per log_batch
 POLL_ENV = "MTCORE_TRACKING_POLL"
 """Seconds between two reads of the running trainings' curves (default 15)."""
-
-
-def tracking_uri(workdir: Path, uri: str | None) -> str:
-    """``uri``; else ``MLFLOW_TRACKING_URI``; else the SQLite database in the workdir."""
-    if uri:
-        return uri
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{(workdir / DEFAULT_DB).resolve()}"
-
-
-SECRET_KEY = re.compile(r"(?i)(^|[._-])(token|password|passwd|secret|api_?key|auth|credentials?)$")
-"""A setting whose name says it is a secret: logged as ``<redacted>``."""
-SECRET_QUERY = re.compile(r"(?i)([?&](?:[a-z_-]*(?:token|key|sig|signature|password|secret|auth)"
-                          r"[a-z_-]*)=)[^&#]*")  # fmt: skip
-USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
-
-
-def redact(text: str) -> str:
-    """``text`` without the secrets a URL in it may carry: its user info (``user:pass@``) and
-    the values of query parameters named like a token, key, signature or password."""
-    return SECRET_QUERY.sub(r"\1<redacted>", USERINFO.sub(r"\1", text))
-
-
-def flat_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """A step's settings as MLflow parameters: nested keys joined with dots, lists and other
-    values as JSON, each cut to MLflow's longest value. A tracking store is read by others:
-    a setting named like a secret is logged as ``<redacted>``, and URLs lose their user info
-    and token-like query values (:func:`redact`)."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flat_params(value, name + "."))
-        elif SECRET_KEY.search(str(key)) and value not in (None, ""):
-            out[name[:250]] = "<redacted>"
-        else:
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            out[name[:250]] = redact(text)[:PARAM_LIMIT]
-    return out
-
-
-def owner_only_store(uri: str) -> None:
-    """A SQLite store (``sqlite:///path``) is created readable by its owner only, and an
-    existing one of the owner's is made so: it holds every setting of every run."""
-    if not uri.startswith("sqlite:///"):
-        return
-    path = Path(uri.removeprefix("sqlite:///").partition("?")[0])  # absolute: sqlite:////x
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        if os.fstat(descriptor).st_uid == os.getuid():
-            os.fchmod(descriptor, 0o600)
-    finally:
-        os.close(descriptor)
-
-
-def metric_key(text: str) -> str:
-    """MLflow accepts letters, digits, ``_ - . /`` and spaces in a metric key."""
-    return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in text)
 
 
 def _guarded(method: Callable[..., None]) -> Callable[..., None]:
@@ -159,6 +108,7 @@ class MlflowTracker:
         self.plan: dict[str, PlannedStep] = {}
         self.workdir: Path | None = None
         self.running: dict[str, str] = {}  # step id -> kind, of steps running now
+        self.opened: list[tuple[str, str, str]] = []  # (store, experiment, run id) per run
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
 
@@ -197,7 +147,11 @@ class MlflowTracker:
             self.client = MlflowClient(tracking_uri=uri)
             name = self.experiment or recipe.name
             found = self.client.get_experiment_by_name(name)
-            experiment = found.experiment_id if found else self.client.create_experiment(name)
+            if found is None:
+                where_to = artifact_location(uri, workdir)
+                experiment = self.client.create_experiment(name, artifact_location=where_to)
+            else:
+                experiment = found.experiment_id
             self.experiment_id = experiment
             where = str(workdir.resolve())
             tags = {
@@ -224,6 +178,7 @@ class MlflowTracker:
                     params["ablated"] = ",".join(recipe.ablated)
                 self._params(parent, params)
             self.parent = parent
+            self.opened.append((redact(uri), name, parent))
             self._find_children()
 
     @hookimpl
@@ -246,8 +201,8 @@ class MlflowTracker:
         with self.lock:
             self.running.pop(step_id, None)
             run_id = self._child(planned, "ran")
-            self._log_curves(run_id, kind, finished_dir(self.workdir, planned.dirname))
-            self._log_manifest(run_id, manifest, "ran")
+            trained = self._log_curves(run_id, kind, finished_dir(self.workdir, planned.dirname))
+            self._log_manifest(run_id, manifest, "ran", trained)
             self.client.set_terminated(run_id, status="FINISHED")
             self.finished.add(planned.dirname)
 
@@ -266,8 +221,8 @@ class MlflowTracker:
                 if item.status != "cached" or item.planned.dirname in self.finished:
                     continue
                 run_id = self._child(item.planned, "cached")
-                self._log_curves(run_id, item.planned.spec.kind, item.path)
-                self._log_manifest(run_id, item.manifest, "cached")
+                trained = self._log_curves(run_id, item.planned.spec.kind, item.path)
+                self._log_manifest(run_id, item.manifest, "cached", trained)
                 self.client.set_terminated(run_id, status="FINISHED")
                 self.finished.add(item.planned.dirname)
             for step_id, planned in self.plan.items():
@@ -355,7 +310,8 @@ class MlflowTracker:
             self.last[(run_id, key)] = max((m.step for m in history), default=-1)
         return self.last[(run_id, key)]
 
-    def _log_curves(self, run_id: str, kind: str, folder: Path) -> None:
+    def _log_curves(self, run_id: str, kind: str, folder: Path) -> bool:
+        """Logs the points of ``folder``'s curves past those logged; whether it has curves."""
         curves = self._curves(kind, folder)
         points = []
         for key, line in curves.items():
@@ -366,6 +322,7 @@ class MlflowTracker:
                 self.last[(run_id, key)] = fresh[-1][2]
         if points:
             self._metrics(run_id, points)
+        return bool(curves)
 
     def _curves(self, kind: str, folder: Path) -> dict[str, list[tuple[int, float]]]:
         if self.registry is None:
@@ -378,30 +335,37 @@ class MlflowTracker:
             return {}
         return cls.curves(folder)
 
-    def _log_manifest(self, run_id: str, manifest: dict[str, Any], status: str) -> None:
+    def _log_manifest(
+        self, run_id: str, manifest: dict[str, Any], status: str, trained: bool = False
+    ) -> None:
+        """A step's counts, numeric metrics, scores (their signatures as tags) and seconds;
+        a training's (``trained``: it has curves) without fairseq's raw names
+        (:data:`~mtcore.report.mlflow_store.RAW_TRAINING`)."""
         points: list[tuple[str, float, int]] = []
         tags = {"mtcore.status": status, "mtcore.resumed": str(bool(manifest.get("resumed")))}
         for key, value in manifest.get("counts", {}).items():
             if isinstance(value, int | float):
                 points.append((f"counts/{key}", value, 0))
         for key, value in manifest.get("metrics", {}).items():
-            if isinstance(value, bool):
+            if isinstance(value, bool) or (trained and RAW_TRAINING.match(key)):
                 continue
             if isinstance(value, int | float):
                 points.append((key, value, 0))
             elif isinstance(value, dict) and "score" in value:
                 points.append((f"score/{key}", value["score"], 0))
                 if "signature" in value:
-                    tags[f"signature.{metric_key(key)}"] = str(value["signature"])[:5000]
+                    tags[signature_tag(key)] = str(value["signature"])[:5000]
         if isinstance(manifest.get("seconds"), int | float):
             points.append(("seconds", manifest["seconds"], 0))
         self._metrics(run_id, points, tags)
 
     def _log_stages(self, result: RunResult) -> None:
         """The stage scores on the workdir's run: ``<direction>/<metric>`` with the stage's
-        index as its step (a line over the stages), and each stage as a key of its own."""
+        index as its step (a line over the stages), and each stage as a key of its own; a
+        signature tag per direction and metric (an older mtcore's one per metric is removed)."""
         stages: list[str] = []
         points = []
+        signatures: dict[str, str] = {}
         for item in result.results:
             staged = item.planned.spec.plugin.stage(item.planned.id)
             if staged is None:
@@ -414,9 +378,14 @@ class MlflowTracker:
                     score = float(value["score"])
                     points.append((f"{direction}/{name}", score, stages.index(stage)))
                     points.append((f"stage/{stage}/{direction}/{name}", score, 0))
-                    self.client.set_tag(
-                        self.parent, f"signature.{metric_key(name)}", str(value["signature"])[:5000]
-                    )
+                    signatures[signature_tag(name, direction)] = str(value["signature"])[:5000]
+                    signatures.setdefault(signature_tag(name), "")
+        old = self.client.get_run(str(self.parent)).data.tags
+        for key, value in signatures.items():
+            if value:
+                self.client.set_tag(self.parent, key, value)
+            elif key in old:  # one tag for every direction: whichever was logged last
+                self.client.delete_tag(self.parent, key)
         if stages:
             self.client.set_tag(self.parent, "mtcore.stages", ", ".join(stages))
         fresh = [p for p in points if p[2] > self._last(str(self.parent), p[0])]
@@ -429,6 +398,14 @@ class MlflowTracker:
                 self.poll_once()
             except Exception as exc:  # a tracking hiccup must not stop the run
                 log.warning("tracking: %s", exc)
+
+    def summary(self) -> list[str]:
+        """A line per MLflow run logged to (one, or one per variant of ``--ablate``): where,
+        in which experiment, under which run id."""
+        return [
+            f"tracking: MLflow run {run_id} (experiment {name!r}) at {store}"
+            for store, name, run_id in self.opened
+        ]
 
     def poll_once(self) -> None:
         with self.lock:

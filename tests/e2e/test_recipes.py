@@ -378,6 +378,7 @@ def check_tracked(server: str, registry, path: Path, work: Path, evals: list[str
                 key = f"stage/{stage}/{direction}/{name}"
                 assert mine[0].data.metrics[key] == pytest.approx(value["score"]), key
                 assert steps[step_id].data.tags[f"signature.{name}"] == value["signature"]
+                assert mine[0].data.tags[f"signature.{name}.{direction}"] == value["signature"]
 
 
 def check_page(work: Path, evals: list[str], shots: Path) -> None:
