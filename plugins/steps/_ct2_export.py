@@ -120,17 +120,8 @@ def export_ctranslate2(
     encoder = tokens if tokens is not None else SpmTokens(load_spm(inputs["spm"].path))
     source, target = limits(out)
 
-    def decode(lines: list[str], exported: bool) -> list[str]:
-        # the written model as saved (CTranslate2 runs int8 as int8, float16 on a CPU as
-        # float32 of the float16 weights); the unquantized one in float32
-        translator = ctranslate2.Translator(
-            str(out if exported else unquantized),
-            compute_type="default" if exported else "float32",
-            intra_threads=os.cpu_count() or 1,
-        )
-        return client_translate(translator, encoder, settings, lines, (source, target),
-                                str(model.meta.get("direction", "l2r")) == "r2l")  # fmt: skip
-
+    reverse = str(model.meta.get("direction", "l2r")) == "r2l"
+    decode = _decoder(out, unquantized, encoder, settings, (source, target), reverse)
     info = {
         "format": "ctranslate2",
         "ctranslate2": ctranslate2.__version__,
@@ -144,6 +135,25 @@ def export_ctranslate2(
         "client": {"translate_batch": settings, **CLIENT_NOTES},
     }
     return ModelExport(config.src, config.tgt, info, decode)
+
+
+def _decoder(
+    out: Path, unquantized: Path, encoder: Any, settings: dict[str, Any],
+    positions: tuple[int | None, int | None], reverse: bool,
+) -> Any:  # fmt: skip
+    """ModelExport's ``decode``: the written model as saved (CTranslate2 runs int8 as int8,
+    float16 on a CPU as float32 of the float16 weights), or the unquantized one in float32."""
+    import ctranslate2
+
+    def decode(lines: list[str], exported: bool) -> list[str]:
+        translator = ctranslate2.Translator(
+            str(out if exported else unquantized),
+            compute_type="default" if exported else "float32",
+            intra_threads=os.cpu_count() or 1,
+        )
+        return client_translate(translator, encoder, settings, lines, positions, reverse)
+
+    return decode
 
 
 def client_settings(config: Any, prefix: list[str]) -> dict[str, Any]:
