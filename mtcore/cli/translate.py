@@ -199,6 +199,12 @@ MODEL_FORMATS = {"ctranslate2": "int8", "huggingface": "float32"}
     help="ctranslate2, huggingface: the most BLEU the quantized model may lose against the "
     "unquantized one on the stage's test set; over it nothing is written.",
 )
+@click.option(
+    "--allow-mismatch",
+    is_flag=True,
+    help="ctranslate2, huggingface: write a float32 export whose own client reproduces fewer "
+    "than 99% of the run's lines of the stage's decoding step (the share is recorded).",
+)
 def export(
     recipe: Path,
     profile: str | None,
@@ -210,14 +216,16 @@ def export(
     fmt: str,
     quantization: str | None,
     tolerance: float,
+    allow_mismatch: bool,
 ) -> None:
     """Write a stage of a finished run as a self-contained directory (models, vocabularies,
     SentencePiece and truecase models, rerank weights and feature models, post-processing
     settings, scores) for mtcore translate --system DIR; or, with --format ctranslate2 or
     huggingface, its model for CTranslate2 or transformers, with the BLEU the quantization
     costs measured."""
-    from mtcore.system.export import export_model_format, export_system
+    from mtcore.system.export import export_system
     from mtcore.system.inference import Translator, build_hint
+    from mtcore.system.model_export import export_model_format
 
     registry, loaded, _ = load(recipe, profile, sets)
     where = default_workdir(loaded, workdir)
@@ -226,13 +234,22 @@ def export(
     if fmt != "mtcore":
         quantization = quantization or MODEL_FORMATS[fmt]
         made = export_model_format(
-            loaded, registry, system, where, folder, fmt, quantization, tolerance
+            loaded,
+            registry,
+            system,
+            where,
+            folder,
+            fmt,
+            quantization,
+            tolerance,
+            allow_mismatch,
         )
         check = made["quantization_check"]
         left = ", ".join(step["id"] for step in made["not_included"]) or "none"
         click.echo(
             f"{folder}: {fmt} model of step {made['step']} ({quantization}); BLEU on the "
             f"stage's test set {check['exported']:.2f}, unquantized {check['unquantized']:.2f}; "
+            f"identical to the run's step: {made['run_check']['identical_to_run']:.1%}; "
             f"steps of the stage not in this format: {left}"
         )
         return

@@ -189,9 +189,10 @@ class StepContext:
 class ModelExport:
     """A model written for another tool (:meth:`Step.export_model`): the languages it
     translates, what to record about it (``info``: files, decoding settings), and
-    ``decode(lines, exported)``, the model's 1-best translations of source lines, by the
-    written (quantized) model when ``exported``, else by the same model unquantized, so the
-    export can check what quantization cost."""
+    ``decode(lines, exported)``, the model's 1-best translations of source lines through the
+    other tool's own API with the settings ``info`` states (what a user of the export runs),
+    by the written (quantized) model when ``exported``, else by the same model unquantized:
+    the export compares them with the run's output and with each other."""
 
     src: str
     tgt: str
@@ -323,6 +324,13 @@ class Step(Plugin[ConfigT]):
         --format``, one of ``export_formats``), quantized so. Steps that decode with a model
         implement it; by default a step has none."""
         raise PluginError(f"step kind {self.name!r} has no model to export as {fmt}")
+
+    def export_statement(self, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+        """What a user of a model export (``mtcore export --format``) needs to redo this step
+        of the stage's path before or after the model without mtcore: files it writes into the
+        existing directory ``out`` and how a common tool applies them. Empty by default: the
+        export then states the step's kind and settings only."""
+        return {}
 
     def for_new_text(self, finished: Path) -> tuple[Step[Any], tuple[str, ...]]:
         """This step as ``mtcore translate`` replays it on new text, given its output directory

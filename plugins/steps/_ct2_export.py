@@ -6,12 +6,16 @@ A fairseq model trained by a recipe is converted by :mod:`~mtcore_plugins.common
 SentencePiece model copied as ``spm.model``; sources are its pieces, without EOS); a pretrained
 Hugging Face model (``models:``) by CTranslate2's Transformers converter (its tokenizer files copied
 as the repository has them). ``decode`` translates with the written model or with the same model
-converted unquantized, with the step's own search, so the export can say what quantization cost
-(CTranslate2 #1273, #847: int8 losses nobody measured).
+converted unquantized, through CTranslate2's own ``Translator.translate_batch`` with the settings
+``mtcore_export.json`` states (``client``), so the export measures what its users get: against
+the run's output and against the unquantized model (CTranslate2 #1273, #847: int8 losses nobody
+measured).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,20 +28,35 @@ from mtcore_plugins.common.ct2.convert import (
     converted,
     limits,
 )
-from mtcore_plugins.common.decoding.translator import MODEL_ROLES, DecodeJob
+from mtcore_plugins.common.decoding.translator import MODEL_ROLES
 from mtcore_plugins.common.hub.pretrained import (
     ARTIFACT_TYPE,
     WEIGHTS,
     PretrainedTokens,
     converted_pretrained,
 )
-from mtcore_plugins.steps._ct2_decoding import Ct2Translator, obstacles
+from mtcore_plugins.common.text.spm import load_spm
+from mtcore_plugins.steps._ct2_decoding import SpmTokens, obstacles
 
 QUANTIZATIONS = (
     "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
     "bfloat16",
 )  # fmt: skip
 """CTranslate2's quantization types (``ct2-*-converter --quantization``)."""
+
+
+CLIENT_NOTES = {
+    "max_decoding_length": "per sentence: floor(max_len_a * (source pieces + 1) + "
+    "max_len_b), at most positions.target - 2, plus the target_prefix's length; "
+    "sentences with the same cap in one call",
+    "source": "pieces of a non-empty line, the first positions.source - 1 kept; an "
+    "empty line translates to an empty line",
+    "differs": "fairseq's no_repeat_ngram_size takes blocked tokens out after its "
+    "log-softmax; CTranslate2 masks them before its softmax, so the other tokens' "
+    "probabilities rise and beam search ranks hypotheses differently (greedy search "
+    "agrees). A capped output gets no EOS score in CTranslate2.",
+}
+"""How a user runs ``client.translate_batch`` (``mtcore_export.json``), and where it differs."""
 
 
 def export_ctranslate2(
@@ -97,17 +116,12 @@ def export_ctranslate2(
             shutil.copyfile(spm.file("model", "spm.model"), out / "spm.model")
             tokenizer = {"kind": "sentencepiece", "files": ["spm.model"],
                          "eos": "added by the model: give the pieces alone"}  # fmt: skip
-    job = DecodeJob(step_id, inputs)
-    search = config.model_copy(update={"sampling": False, "nbest": 0})
-
-    def decode(lines: list[str], exported: bool) -> list[str]:
-        # the written model as saved (CTranslate2 runs int8 as int8, float16 on a CPU as
-        # float32 of the float16 weights); the unquantized one in float32
-        chosen = search.model_copy(update={"compute_type": "default" if exported else "float32"})
-        directory = out if exported else unquantized
-        return Ct2Translator(chosen, job, directory, 0, tokens).translate(lines)
-
+    settings = client_settings(config, tokens.prefix if tokens is not None else [])
+    encoder = tokens if tokens is not None else SpmTokens(load_spm(inputs["spm"].path))
     source, target = limits(out)
+
+    reverse = str(model.meta.get("direction", "l2r")) == "r2l"
+    decode = _decoder(out, unquantized, encoder, settings, (source, target), reverse)
     info = {
         "format": "ctranslate2",
         "ctranslate2": ctranslate2.__version__,
@@ -118,8 +132,78 @@ def export_ctranslate2(
         "tokenizer": tokenizer,
         "positions": {"source": source, "target": target},
         "search": search_settings(config, tokens.prefix if tokens is not None else []),
+        "client": {"translate_batch": settings, **CLIENT_NOTES},
     }
     return ModelExport(config.src, config.tgt, info, decode)
+
+
+def _decoder(
+    out: Path, unquantized: Path, encoder: Any, settings: dict[str, Any],
+    positions: tuple[int | None, int | None], reverse: bool,
+) -> Any:  # fmt: skip
+    """ModelExport's ``decode``: the written model as saved (CTranslate2 runs int8 as int8,
+    float16 on a CPU as float32 of the float16 weights), or the unquantized one in float32."""
+    import ctranslate2
+
+    def decode(lines: list[str], exported: bool) -> list[str]:
+        translator = ctranslate2.Translator(
+            str(out if exported else unquantized),
+            compute_type="default" if exported else "float32",
+            intra_threads=os.cpu_count() or 1,
+        )
+        return client_translate(translator, encoder, settings, lines, positions, reverse)
+
+    return decode
+
+
+def client_settings(config: Any, prefix: list[str]) -> dict[str, Any]:
+    """``Translator.translate_batch`` settings that come closest to the translate step's
+    search (beam search; what the step's sampling draws is not reproducible)."""
+    return {
+        "beam_size": config.beam,
+        "length_penalty": config.lenpen,
+        "no_repeat_ngram_size": config.no_repeat_ngram_size,
+        "min_decoding_length": 1 + len(prefix),  # fairseq's min_len: no empty output
+        "max_input_length": 0,  # truncated before, as fairseq truncates
+        "num_hypotheses": 1,
+        "max_len_a": config.max_len_a,  # for max_decoding_length, not translate_batch's own
+        "max_len_b": config.max_len_b,
+        "target_prefix": prefix,
+    }
+
+
+def client_translate(
+    translator: Any, tokens: Any, settings: dict[str, Any], lines: list[str],
+    positions: tuple[int | None, int | None], reverse: bool,
+) -> list[str]:  # fmt: skip
+    """``lines`` translated by ``translator.translate_batch`` as ``mtcore_export.json``'s
+    ``client`` entry says a user should: what the export's checks measure."""
+    options = dict(settings)
+    a, b, prefix = options.pop("max_len_a"), options.pop("max_len_b"), options.pop("target_prefix")
+    max_source, max_target = positions
+    pieces = [list(p) for p in tokens.encode(lines)]
+    by_cap: dict[int, list[int]] = {}
+    for index, source in enumerate(pieces):
+        if not source:
+            continue
+        if max_source is not None and len(source) + 1 > max_source:
+            pieces[index] = source = source[: max_source - 1]
+        cap = math.floor((len(source) + 1) * a + b)
+        if max_target is not None:
+            cap = min(cap, max_target - 2)
+        by_cap.setdefault(max(cap, 1), []).append(index)
+    out = [""] * len(lines)
+    for cap, rows in sorted(by_cap.items()):
+        found = translator.translate_batch(
+            [pieces[i] for i in rows],
+            target_prefix=[prefix] * len(rows) if prefix else None,
+            max_decoding_length=cap + len(prefix),
+            **options,
+        )
+        for index, result in zip(rows, found, strict=True):
+            hyp = result.hypotheses[0][len(prefix) :]
+            out[index] = str(tokens.decode(hyp[::-1] if reverse else hyp))
+    return out
 
 
 def search_settings(config: Any, prefix: list[str]) -> dict[str, Any]:

@@ -45,6 +45,13 @@ class NormalizeStep(Step[NormalizeConfig]):
     def check(self, registry: Registry) -> list[tuple[str, str]]:
         return super().check(registry) + check_processor_langs(self.config.processors, "processors")
 
+    def export_statement(self, inputs: dict[str, Any], out: Any) -> dict[str, Any]:
+        """The processor chain in order as the recipe gives it (unset settings take the
+        processors' defaults; their docstrings state the rules)."""
+        return {"processors": list(self.config.processors),
+                "client": "the processors in order (mtcore_plugins.processors); no common "
+                "tool runs them as they are"}  # fmt: skip
+
     def run(self, ctx: StepContext) -> None:
         source = Corpus.open(ctx.inputs["corpus"].path)
         specs = field_specs(self.config, "processors")

@@ -14,6 +14,7 @@ byte for byte, so the steps work on raw and on tokenized text alike.
 
 from __future__ import annotations
 
+import shutil
 import unicodedata
 from collections import Counter
 from pathlib import Path
@@ -312,6 +313,31 @@ class TruecaseStep(Step[TruecaseConfig]):
         rewrite_corpus(
             ctx, source, truecase_task, payload, self.config.shard_size, self.config.mode
         )
+
+    def export_statement(self, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+        """The model files (Moses' format, which sacremoses' ``MosesTruecaser(load_from=...)``
+        reads) copied into ``out``, and the call that applies them; detruecasing as
+        sacremoses' ``MosesDetruecaser``."""
+        if self.config.mode == "detruecase":
+            return {"client": "sacremoses.MosesDetruecaser().detruecase(line, return_str=True)",
+                    "langs": self.config.langs}  # fmt: skip
+        model = inputs.get("model")
+        files: dict[str, str] = model.meta.get("files", {}) if model is not None else {}
+        sides = self.config.langs or list(files)
+        written = {}
+        for lang in sides:
+            if lang in files:
+                shutil.copyfile(model.member(files[lang]), out / model_file(lang))  # type: ignore[union-attr]
+                written[lang] = model_file(lang)
+        return {
+            "files": written,
+            "format": "Moses truecase model (train-truecaser.perl): 'word (count/total) "
+            "other (count) ...' per line",
+            "client": "sacremoses.MosesTruecaser(load_from=FILE).truecase(line, return_str=True)",
+            "differs": "mtcore truecases whitespace words stripped of leading and trailing "
+            "punctuation and keeps the spacing; sacremoses truecases whitespace tokens as they "
+            "are and joins them with single spaces",
+        }
 
     @staticmethod
     def _models(model: Artifact | None, sides: list[str] | None, source: Corpus) -> dict[str, str]:

@@ -316,8 +316,8 @@ def test_a_quantization_that_costs_more_than_the_tolerance_writes_nothing(
     """The gate itself: an export whose written model translated worse than the unquantized
     one (here its outputs cut to half) by more than the tolerance is refused, naming both
     scores, and leaves no directory."""
-    from mtcore.system.export import export_model_format
     from mtcore.system.inference import Translator
+    from mtcore.system.model_export import export_model_format
 
     doc = teacher_recipe(tmp_path, {"id": str(models["marian"])})
     ref = lines("test", "ja", 12)

@@ -370,3 +370,30 @@ def test_export_writes_a_model_ctranslate2_loads_as_the_step_decodes_it(
     ensemble = {**inputs, "model2": Artifact.open(setup["trained"])}
     with pytest.raises(DataError, match="ensemble"):
         step.export_model(ensemble, "ctranslate2", tmp_path / "e", "int8", load_registry())
+
+
+def test_export_check_compares_the_client_with_the_run_and_refuses_a_mismatch(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
+    """The export's check (issue 71): the written float32 model, decoded by CTranslate2's
+    ``translate_batch`` with the settings the export states, against the run's fairseq decode
+    (greedy: both engines agree); one planted line that differs out of 40 is under the
+    threshold and refused, unless allowed, and the share is then recorded."""
+    from mtcore.contracts.errors import MtcoreError
+    from mtcore.system.model_export import FLOAT32_IDENTICAL, run_check
+
+    data = {**setup, "test": setup["dev"], "model": setup["trained"]}
+    _, run, _ = translate(data, tmp_path / "run", backend="fairseq", beam=1)
+    step = TranslateStep.from_dict({"src": "en", "tgt": "ja", "beam": 1})
+    inputs = {"model": Artifact.open(setup["trained"]), "spm": Artifact.open(setup["spm"])}
+    made = step.export_model(inputs, "ctranslate2", tmp_path / "f32", "float32", load_registry())
+    assert made.info["client"]["translate_batch"]["beam_size"] == 1
+    lines = (setup["dev"] / "corpus.en").read_text(encoding="utf-8").split("\n")[:40]
+    exported = made.decode(lines, True)
+    check = run_check(exported, run[:40], "float32", False)
+    assert check["identical_to_run"] >= FLOAT32_IDENTICAL
+    planted = [*run[:39], run[39] + " x"]
+    with pytest.raises(MtcoreError, match="float32 export refused.*line 40"):
+        run_check(exported, planted, "float32", False)
+    allowed = run_check(exported, planted, "float32", True)
+    assert allowed["identical_to_run"] == 0.975 and allowed["differing_lines"] == [39]
