@@ -11,6 +11,7 @@ from mtcore import __version__
 from mtcore.cli.checks import lock, validate, verify
 from mtcore.cli.datasets import datasets
 from mtcore.cli.running import compare, run
+from mtcore.cli.serving import serve
 from mtcore.cli.show import plan, plugins, report
 from mtcore.cli.translate import export, translate
 from mtcore.contracts.errors import MtcoreError
@@ -49,6 +50,7 @@ cli.add_command(compare)
 cli.add_command(report)
 cli.add_command(plugins)
 cli.add_command(translate)
+cli.add_command(serve)
 cli.add_command(export)
 cli.add_command(datasets)
 

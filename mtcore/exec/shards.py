@@ -23,6 +23,7 @@ import os
 import pickle
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -218,6 +219,31 @@ class DataUnpickler(pickle.Unpickler):
 
 
 _WORKER_MEMO: dict[Hashable, Any] = {}
+KEEP_MEMOS_ENV = "MTCORE_KEEP_WORKER_MEMOS"
+"""Set to 1 (by :func:`keep_worker_memos`; worker processes inherit it), ``only`` and
+:func:`worker_forget` drop nothing: a long-lived process that runs the same steps again and
+again (``mtcore serve``) keeps every chain it built, at the memory of all of them at once;
+the least recently used beyond :data:`KEPT_MEMOS` go (a key naming a call's own files would
+otherwise pile up)."""
+KEPT_MEMOS = 32
+
+
+@contextmanager
+def keep_worker_memos() -> Iterator[None]:
+    """Within: this process and the workers it starts keep every memo (:data:`KEEP_MEMOS_ENV`)."""
+    before = os.environ.get(KEEP_MEMOS_ENV)
+    os.environ[KEEP_MEMOS_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[KEEP_MEMOS_ENV]
+        else:
+            os.environ[KEEP_MEMOS_ENV] = before
+
+
+def _keeping() -> bool:
+    return os.environ.get(KEEP_MEMOS_ENV) == "1"
 
 
 def worker_memo(key: Hashable, build: Callable[[], T], *, only: bool = False) -> T:
@@ -225,10 +251,15 @@ def worker_memo(key: Hashable, build: Callable[[], T], *, only: bool = False) ->
     needs by its settings, and the worker builds the chain on its first shard and reuses it
     for the rest). ``only`` drops every other memo first: for chains holding models, which
     should not pile up in a long-lived worker as steps succeed one another."""
+    keeping = _keeping()
     if key not in _WORKER_MEMO:
-        if only:
+        if only and not keeping:
             _WORKER_MEMO.clear()
+        while keeping and len(_WORKER_MEMO) >= KEPT_MEMOS:
+            del _WORKER_MEMO[next(iter(_WORKER_MEMO))]
         _WORKER_MEMO[key] = build()
+    elif keeping:
+        _WORKER_MEMO[key] = _WORKER_MEMO.pop(key)  # most recently used last
     value: T = _WORKER_MEMO[key]
     return value
 
@@ -240,6 +271,8 @@ def worker_memos(tag: str) -> list[Hashable]:
 
 def worker_forget(tag: str) -> None:
     """Drop every memo whose key is a tuple that starts with ``tag`` (a step that loaded
-    models in the driver frees them when it ends)."""
+    models in the driver frees them when it ends), unless memos are kept."""
+    if _keeping():
+        return
     for key in worker_memos(tag):
         del _WORKER_MEMO[key]

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from mtcore.contracts.registry import Registry
 from mtcore.contracts.stats import Stats
 from mtcore.contracts.step import Artifact, StepContext, config_dict
 from mtcore.data.corpus import Corpus, CorpusWriter, InputPolicy, LineReader
+from mtcore.exec.shards import keep_worker_memos
 from mtcore.recipe.load import Recipe, split_reference
 from mtcore.recipe.paths import step_dirname
 from mtcore.recipe.plan import PlannedStep, make_plan, step_dir, topological_order
@@ -197,6 +199,7 @@ class Translator:
         self.source = source_language(langs, stage.direction)
         self.show_progress = show_progress
         self.test: Corpus | None = None  # the run's own test set, when loaded from a run
+        self._held: Any = None  # the executor kept between calls by hold()
 
     @classmethod
     def from_run(
@@ -258,13 +261,14 @@ class Translator:
         for line in lines:
             writer.write(tuple(line for _ in self.langs))
         writer.close()
-        executor = self.registry.load("executors", self.executor[0]).from_dict(self.executor[1])
+        executor = self._held or self._new_executor()
         made: dict[str, Path] = {}
         try:
             for replay in self.replays:
                 made[replay.id] = self._run_step(root, replay, test_dir, made, executor)
         finally:
-            executor.close()
+            if executor is not self._held:
+                executor.close()
         hyp_step, hyp_output = self.stage.hyp
         hyps = [pair[0] for pair in Corpus.open(made[hyp_step] / hyp_output)]
         if len(hyps) != len(lines):
@@ -273,6 +277,36 @@ class Translator:
                 f"lines (step {hyp_step!r})"
             )
         return hyps
+
+    def _new_executor(self) -> Any:
+        return self.registry.load("executors", self.executor[0]).from_dict(self.executor[1])
+
+    @property
+    def held(self) -> Any:
+        """The executor :meth:`hold` keeps, or None."""
+        return self._held
+
+    @contextmanager
+    def hold(self, executor: Any = None) -> Iterator[Translator]:
+        """Keeps one executor, its worker processes and the models they load, across
+        :meth:`translate` calls (each call otherwise starts and ends its own): for a caller
+        that translates again and again, such as ``mtcore serve``. Every worker keeps every
+        model the stage loads (:data:`~mtcore.exec.shards.KEEP_MEMOS_ENV`). ``executor``:
+        another translator's held one, to share (its holder ends it). Translate from one
+        thread only: a worker process dies with the thread that started it."""
+        if self._held is not None:
+            raise MtcoreError("this translator is already held")
+        with keep_worker_memos():
+            self._held = executor or self._new_executor()
+            try:
+                yield self
+            finally:
+                held, self._held = self._held, None
+                if executor is None:
+                    # abort, not close: nothing is in flight once the caller leaves, and a
+                    # worker already killed with the thread that started it (PR_SET_PDEATHSIG
+                    # is per thread) may hold the pool's queue lock, which close would wait on
+                    held.abort()
 
     def _run_step(
         self, root: Path, replay: Replay, test_dir: Path, made: dict[str, Path], executor: Any
