@@ -47,7 +47,8 @@ QUANTIZATIONS = (
 
 CLIENT_NOTES = {
     "max_decoding_length": "per sentence: floor(max_len_a * (source pieces + 1) + "
-    "max_len_b), at most positions.target - 2, plus the target_prefix's length; "
+    "max_len_b) (+ 0 where the tokenizer appends its own EOS), at most positions.target - 2, "
+    "plus the target_prefix's length; "
     "sentences with the same cap in one call",
     "source": "pieces of a non-empty line, the first positions.source - 1 kept; an "
     "empty line translates to an empty line",
@@ -182,13 +183,15 @@ def client_translate(
     a, b, prefix = options.pop("max_len_a"), options.pop("max_len_b"), options.pop("target_prefix")
     max_source, max_target = positions
     pieces = [list(p) for p in tokens.encode(lines)]
+    eos = 0 if getattr(tokens, "eos_included", False) else 1  # a pretrained tokenizer's own
     by_cap: dict[int, list[int]] = {}
     for index, source in enumerate(pieces):
         if not source:
             continue
-        if max_source is not None and len(source) + 1 > max_source:
-            pieces[index] = source = source[: max_source - 1]
-        cap = math.floor((len(source) + 1) * a + b)
+        if max_source is not None and len(source) + eos > max_source:
+            cut = source[: max_source - 1]
+            pieces[index] = source = cut if eos else [*cut, source[-1]]  # its EOS stays last
+        cap = math.floor((len(source) + eos) * a + b)
         if max_target is not None:
             cap = min(cap, max_target - 2)
         by_cap.setdefault(max(cap, 1), []).append(index)
