@@ -112,6 +112,20 @@ def tokens(text: str, lang: str) -> list[str]:
     return out
 
 
+def join_tokens(words: Sequence[str], lang: str) -> str:
+    """``words`` written back as text: with single spaces in a whitespace language; in Japanese
+    and Chinese without spaces, except one between two words that meet in non-CJK characters
+    (``New York``, ``3 km``), so the line reads as the language is written."""
+    if not segmenter_lang(lang):
+        return " ".join(words)
+    out: list[str] = []
+    for word in words:
+        if out and not _RUNS_CJK.match(out[-1][-1]) and not _RUNS_CJK.match(word[0]):
+            out.append(" ")
+        out.append(word)
+    return "".join(out)
+
+
 CACHE_LINES = 65_536
 """Lines whose token lengths are remembered per language and process (about two shards)."""
 
