@@ -121,7 +121,7 @@ class NoiseAugmenter(CountsLines, EmitsTokens, Augmenter[NoiseConfig]):
         if noised == units:
             return line
         counts["changed"] += 1
-        return join_units(noised, unit, lang)
+        return join_units(noised, unit, lang, c.blank_token)
 
 
 def split_units(line: str, unit: Unit, lang: str) -> list[str]:
@@ -130,10 +130,10 @@ def split_units(line: str, unit: Unit, lang: str) -> list[str]:
     return tokens(line, lang) if unit == "token" else list(line)
 
 
-def join_units(units: list[str], unit: Unit, lang: str) -> str:
+def join_units(units: list[str], unit: Unit, lang: str, blank: str) -> str:
     if unit == "word":
         return " ".join(units)
-    return join_tokens(units, lang) if unit == "token" else "".join(units)
+    return join_tokens(units, lang, frozenset({blank})) if unit == "token" else "".join(units)
 
 
 def local_shuffle(units: list[str], k: int, uniform: Callable[[], float]) -> list[str]:

@@ -112,17 +112,21 @@ def tokens(text: str, lang: str) -> list[str]:
     return out
 
 
-def join_tokens(words: Sequence[str], lang: str) -> str:
+def join_tokens(words: Sequence[str], lang: str, glued: frozenset[str] = frozenset()) -> str:
     """``words`` written back as text: with single spaces in a whitespace language; in Japanese
     and Chinese without spaces, except one between two words that meet in non-CJK characters
-    (``New York``, ``3 km``), so the line reads as the language is written."""
+    (``New York``, ``3 km``), so the line reads as the language is written. A word in ``glued``
+    (the noise's ``<blank>``, a SentencePiece user symbol) never takes a space there."""
     if not segmenter_lang(lang):
         return " ".join(words)
     out: list[str] = []
+    last = ""
     for word in words:
-        if out and not _RUNS_CJK.match(out[-1][-1]) and not _RUNS_CJK.match(word[0]):
+        spaced = last and last not in glued and word not in glued
+        if spaced and not _RUNS_CJK.match(last[-1]) and not _RUNS_CJK.match(word[0]):
             out.append(" ")
         out.append(word)
+        last = word
     return "".join(out)
 
 

@@ -79,6 +79,10 @@ def test_unset_unit_noises_segmenter_words_and_writes_no_spaces(lang: str) -> No
 def test_join_tokens_spaces_only_between_non_cjk_words() -> None:
     assert join_tokens(["我", "在", "New", "York", "工作"], "zh") == "我在New York工作"
     assert join_tokens(["<blank>", "研究", "<blank>", "3", "km"], "zh") == "<blank>研究<blank> 3 km"
+    glued = frozenset({"<blank>"})  # the blank token sits without spaces, as a CJK word does
+    assert join_tokens(["<blank>", "<blank>", "3", "<blank>", "km"], "zh", glued) == (
+        "<blank><blank>3<blank>km"
+    )
     assert join_tokens(["New", "York"], "en") == "New York"
 
 
