@@ -262,6 +262,19 @@ class Step(Plugin[ConfigT]):
         """The settings that define the output, for the step's hash."""
         return identity_dict(self.config, registry)
 
+    def emitted_tokens(self, registry: Registry) -> frozenset[str]:
+        """Tokens this configured step writes into the text it outputs (a ``<BT>`` tag, a
+        noise's ``<blank>``): every vocabulary that encodes that text downstream must keep
+        them whole (:meth:`kept_tokens`). None by default."""
+        return frozenset()
+
+    def kept_tokens(self) -> frozenset[str] | None:
+        """When this step makes a vocabulary (a SentencePiece model): the tokens it keeps as
+        one piece, which must hold every token the steps upstream of its users write
+        (:meth:`emitted_tokens`); the recipe check reports any other. None (the default):
+        the step makes no vocabulary."""
+        return None
+
     def accepted_inputs(self) -> frozenset[str] | None:
         """The input roles this configured step takes, where its settings name them (binarize's
         ``aux``): a role outside them is a problem at validation. None (the default): the roles

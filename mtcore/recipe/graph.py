@@ -1,5 +1,6 @@
 """Checks of a recipe's graph: references to data entries, steps and their outputs (also of
-steps that could not be built), and dependency cycles. Each problem is a line naming where it
+steps that could not be built), dependency cycles, and tokens written into text that a
+vocabulary downstream would cut into pieces. Each problem is a line naming where it
 is and what would be valid."""
 
 from __future__ import annotations
@@ -96,3 +97,45 @@ def check_cycles(steps: Mapping[str, StepSpec], problems: list[str]) -> None:
 
     for node in steps:
         visit(node, [])
+
+
+def check_kept_tokens(steps: Mapping[str, StepSpec], registry: Any, problems: list[str]) -> None:
+    """For each step that makes a vocabulary (:meth:`Step.kept_tokens`) and each step that
+    uses it, the tokens written (:meth:`Step.emitted_tokens`) by the steps that text reaches
+    the user from must be kept whole by the vocabulary. The walk back from the user stops at
+    trainings (a model's data is checked where it is encoded) and at vocabularies."""
+    emitted = {step_id: spec.plugin.emitted_tokens(registry) for step_id, spec in steps.items()}
+    for vocab_id, vocab in steps.items():
+        kept = vocab.plugin.kept_tokens()
+        if kept is None:
+            continue
+        missing: dict[str, tuple[str, str]] = {}
+        for user_id, user in steps.items():
+            if vocab_id not in {split_reference(ref)[0] for ref in user.inputs.values()}:
+                continue
+            for writer in _text_sources(steps, user_id):
+                for token in sorted(emitted[writer] - kept):
+                    missing.setdefault(token, (writer, user_id))
+        for token, (writer, user_id) in missing.items():
+            problems.append(
+                f"{vocab.location}: the vocabulary does not keep {token!r} whole, which step "
+                f"{writer!r} writes into text that step {user_id!r} encodes with it (add it to "
+                "the tokens the vocabulary keeps: user_defined_symbols)"
+            )
+
+
+def _text_sources(steps: Mapping[str, StepSpec], user_id: str) -> list[str]:
+    """The steps upstream of ``user_id`` whose text reaches it without passing a training or
+    a vocabulary, in a stable order."""
+    seen: list[str] = []
+    stack = [split_reference(ref)[0] for ref in steps[user_id].inputs.values()]
+    while stack:
+        node = stack.pop()
+        if node in seen or node not in steps:
+            continue
+        plugin = steps[node].plugin
+        if plugin.trains or plugin.kept_tokens() is not None:
+            continue
+        seen.append(node)
+        stack.extend(split_reference(ref)[0] for ref in steps[node].inputs.values())
+    return seen

@@ -19,6 +19,7 @@ from mtcore.contracts.resources import ResourceSpec
 from mtcore.contracts.step import Step
 from mtcore.recipe.graph import (
     check_cycles,
+    check_kept_tokens,
     check_references,
     check_unbuilt_references,
     split_reference as split_reference,
@@ -218,6 +219,8 @@ def build_recipe(
     check_stage_keys(head.submitted, head.stage_notes, steps, problems)
     if not problems:
         check_cycles(steps, problems)
+    if not problems:
+        check_kept_tokens(steps, registry, problems)
     if problems:
         raise RecipeError(problems, source)
     return Recipe(path, head.name, chosen, head, resolved, steps, tuple(ablate))

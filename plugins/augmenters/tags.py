@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pydantic import Field, field_validator
 
 from mtcore.api import Augmenter, PluginConfig
+from mtcore_plugins.common.text.augmenting import EmitsTokens
 from mtcore_plugins.common.text.tags import TOKEN_PATTERN, prepend
 
 
@@ -22,10 +23,13 @@ class TagConfig(PluginConfig):
     )
 
 
-class TagAugmenter(Augmenter[TagConfig]):
+class TagAugmenter(EmitsTokens, Augmenter[TagConfig]):
     """Prepends ``token`` to every non-empty line."""
 
     name = "tag"
+
+    def emitted(self) -> frozenset[str]:
+        return frozenset({self.config.token})
 
     def augment(self, lines: Sequence[str], lang: str, first_line: int) -> list[str]:
         return prepend(self.config.token, lines)
@@ -52,10 +56,13 @@ class LangTagConfig(PluginConfig):
         return value
 
 
-class LangTagAugmenter(Augmenter[LangTagConfig]):
+class LangTagAugmenter(EmitsTokens, Augmenter[LangTagConfig]):
     """Prepends the language token (``<2uk>``) to every non-empty line."""
 
     name = "lang_tag"
+
+    def emitted(self) -> frozenset[str]:
+        return frozenset({self.token})
 
     @property
     def token(self) -> str:

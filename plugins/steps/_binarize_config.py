@@ -85,7 +85,8 @@ class BinarizeConfig(PluginConfig):
         json_schema_extra=HASHED_WHEN_SET,
         max_length=16,
         description="with a pretrained model as spm and oov: rare: tokens kept one piece where "
-        "a training source starts with them (a tagged back-translation's <BT>)",
+        "they stand as words of a training source (a tagged back-translation's <BT>, the noise's "
+        "<blank>)",
     )
     cycle_parts: int = Field(
         1,

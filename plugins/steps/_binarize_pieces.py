@@ -12,17 +12,36 @@ from mtcore_plugins.steps._pretrained_init import LanguageTokens
 
 
 def tagged(processor: LanguageTokens, lines: list[str], tags: frozenset[str]) -> list[list[str]]:
-    """The pieces of each line, a leading word in ``tags`` kept whole."""
+    """The pieces of each line, every space-separated word in ``tags`` kept whole (a leading
+    ``<BT>``, the noise's ``<blank>`` anywhere); a line without one is pieced as it is."""
     if not tags:
         return processor.pieces(lines)
-    heads: list[list[str]] = []
-    rests: list[str] = []
+    runs: list[str] = []  # the text between tag words, pieced in one batch
+    layouts: list[list[str | int]] = []  # per line: tag words and indices into runs
     for line in lines:
-        word, _, rest = line.partition(" ")
-        kept = word in tags
-        heads.append([word] if kept else [])
-        rests.append(rest if kept else line)
-    return [head + pieces for head, pieces in zip(heads, processor.pieces(rests), strict=True)]
+        words = line.split(" ")
+        if not tags.intersection(words):
+            layouts.append([len(runs)])
+            runs.append(line)
+            continue
+        layout: list[str | int] = []
+        text: list[str] = []
+        for word in [*words, ""]:
+            if word in tags or (word == "" and text):
+                if text:
+                    layout.append(len(runs))
+                    runs.append(" ".join(text))
+                    text = []
+                if word:
+                    layout.append(word)
+            elif word:
+                text.append(word)
+        layouts.append(layout)
+    pieces = processor.pieces(runs)
+    return [
+        [p for part in layout for p in ([part] if isinstance(part, str) else pieces[part])]
+        for layout in layouts
+    ]
 
 
 def sampled(

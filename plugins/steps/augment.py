@@ -6,7 +6,10 @@ one pair per input pair, in order.
 ``rename`` relabels columns for multilingual enhancement (HW-TSC §5.5): En→Uk pairs that join
 Cs→Uk training must sit in the source column of a ``cs-uk`` corpus, so ``rename: {en: cs}``
 together with a ``lang_tag`` augmenter. The manifest counts the lines each augmenter changed
-(``changed.<label>``) and the lines left empty (``emptied.<lang>``).
+(``changed.<label>``), the non-empty lines it saw (``seen.<label>``), the lines it left as
+nothing but its own tokens (``bare.<label>``), what a noise augmenter did (``noise.dropped``,
+``noise.shuffled``, ``noise.blanked_lines``, ...) and the lines left empty (``emptied.<lang>``).
+An augmenter that collapses fails the step with these counts (:mod:`._augment_checks`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from pydantic import Field, model_validator
 from mtcore.api import (
     Augmenter,
     Corpus,
-    PluginConfig,
     RawBlock,
+    Registry,
     Step,
     StepContext,
     StepError,
@@ -37,6 +40,8 @@ from mtcore.api.engine import (
     rewrite_corpus,
     rewrite_shard,
 )
+from mtcore_plugins.common.text.augmenting import CountsLines, EmitsTokens
+from mtcore_plugins.steps._augment_checks import CollapseLimits, bare_lines, check_collapse
 
 LANG = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 
@@ -59,16 +64,22 @@ def augment_task(
         for spec, plugin in zip(specs, chain, strict=True):
             out = plugin.augment(lines, lang, raw.first_line)
             out = checked_lines(out, lines, f"augmenter {spec.label!r}", raw, side, lang)
+            counts[f"seen.{spec.label}"] += sum(1 for line in lines if line.strip())
             counts[f"changed.{spec.label}"] += sum(
                 1 for old, new in zip(lines, out, strict=True) if old != new
             )
+            emitted = plugin.emitted() if isinstance(plugin, EmitsTokens) else frozenset()
+            counts[f"bare.{spec.label}"] += bare_lines(lines, out, emitted)
+            if isinstance(plugin, CountsLines):
+                for key, value in plugin.take_counts().items():
+                    counts[f"{spec.label}.{key}"] += value
             lines = out
         return lines
 
     return rewrite_shard(raw, langs, rewrite)
 
 
-class AugmentConfig(PluginConfig):
+class AugmentConfig(CollapseLimits):
     side: str = Field(
         pattern=LANG,
         description="language of the side the augmenters rewrite: the source side of the "
@@ -127,6 +138,16 @@ class AugmentStep(Step[AugmentConfig]):
         rewrite_corpus(
             ctx, source, augment_task, (specs, c.side), c.shard_size, "augment", out_langs
         )
+        check_collapse(ctx.step_id, [spec.label for spec in specs], ctx.stats.counts, c)
+
+    def emitted_tokens(self, registry: Registry) -> frozenset[str]:
+        """The tokens the augmenters write: tags, the noise's blank token."""
+        out: set[str] = set()
+        for spec in field_specs(self.config, "augmenters"):
+            plugin = spec.build(registry)
+            if isinstance(plugin, EmitsTokens):
+                out |= plugin.emitted()
+        return frozenset(out)
 
 
 def output_langs(

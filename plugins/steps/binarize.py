@@ -23,10 +23,10 @@ each with its own language tokens, to ``train``: multilingual fine-tuning of one
 (HW-TSC §5.3: "regarding En -> Liv, we use additional data from Et -> Liv and Lv -> Liv, while
 for Liv -> En, we use data from Liv -> Et and Liv -> Lv"). The pairs go into ``train``'s files
 in the columns of ``src`` and ``tgt``; their tokens tell the model which language each is.
-``tags`` are tokens that stay one piece at the start of a source line (tagged
-back-translation's ``<BT>``, Caswell et al. 2019, which a pretrained model's SentencePiece
-would cut into ``▁<``, ``BT``, ``>``); ``oov: rare`` gives them a rare entry's row, as it does
-Livonian's unknown pieces.
+``tags`` are tokens that stay one piece where they stand as words of a source line (tagged
+back-translation's ``<BT>``, Caswell et al. 2019, and the noise's ``<blank>``, which a
+pretrained model's SentencePiece would cut into ``▁<``, ``BT``, ``>``); ``oov: rare`` gives
+them a rare entry's row, as it does Livonian's unknown pieces.
 """
 
 from __future__ import annotations

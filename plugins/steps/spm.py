@@ -99,6 +99,9 @@ class SentencePieceStep(Step[SentencePieceConfig]):
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "*": False}
     outputs: ClassVar[tuple[str, ...]] = ("model",)
 
+    def kept_tokens(self) -> frozenset[str]:
+        return frozenset(self.config.user_defined_symbols)
+
     def run(self, ctx: StepContext) -> None:
         import sentencepiece as spm
 

@@ -28,6 +28,7 @@ from mtcore.api import (
     DataError,
     PluginConfig,
     RawBlock,
+    Registry,
     Step,
     StepContext,
 )
@@ -64,6 +65,9 @@ class SyntheticStep(Step[SyntheticConfig]):
     name = "synthetic"
     inputs: ClassVar[dict[str, bool]] = {"corpus": True, "hyp": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+
+    def emitted_tokens(self, registry: Registry) -> frozenset[str]:
+        return frozenset({self.config.tag}) if self.config.tag is not None else frozenset()
 
     def run(self, ctx: StepContext) -> None:
         text = Corpus.open(ctx.inputs["corpus"].path)

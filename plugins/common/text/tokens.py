@@ -112,6 +112,24 @@ def tokens(text: str, lang: str) -> list[str]:
     return out
 
 
+def join_tokens(words: Sequence[str], lang: str, glued: frozenset[str] = frozenset()) -> str:
+    """``words`` written back as text: with single spaces in a whitespace language; in Japanese
+    and Chinese without spaces, except one between two words that meet in non-CJK characters
+    (``New York``, ``3 km``), so the line reads as the language is written. A word in ``glued``
+    (the noise's ``<blank>``, a SentencePiece user symbol) never takes a space there."""
+    if not segmenter_lang(lang):
+        return " ".join(words)
+    out: list[str] = []
+    last = ""
+    for word in words:
+        spaced = last and last not in glued and word not in glued
+        if spaced and not _RUNS_CJK.match(last[-1]) and not _RUNS_CJK.match(word[0]):
+            out.append(" ")
+        out.append(word)
+        last = word
+    return "".join(out)
+
+
 CACHE_LINES = 65_536
 """Lines whose token lengths are remembered per language and process (about two shards)."""
 
