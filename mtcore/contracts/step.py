@@ -160,12 +160,14 @@ class ModelExport:
     translates, what to record about it (``info``: files, decoding settings), and
     ``decode(lines, exported)``, the model's 1-best translations of source lines, by the
     written (quantized) model when ``exported``, else by the same model unquantized, so the
-    export can check what quantization cost."""
+    export can check what quantization cost. ``finish(directory, record)``, if given, adds
+    what needs the export's whole record (the stage's scores: a model card) once it passed."""
 
     src: str
     tgt: str
     info: dict[str, Any]
     decode: Callable[[list[str], bool], list[str]]
+    finish: Callable[[Path, dict[str, Any]], None] | None = None
 
 
 class Step(Plugin[ConfigT]):

@@ -352,7 +352,8 @@ def export_model_format(
             raise MtcoreError(
                 f"stage {system.stage.name!r}, step {replay.id!r}: {message}"
             ) from exc
-        sources = _fed(test, replay, workdir, make_plan(recipe, registry), made.src)
+        plan = make_plan(recipe, registry)
+        sources = _fed(test, replay, workdir, plan, made.src)
         if made.tgt not in test.langs:
             raise MtcoreError(f"{test.path}: no {made.tgt!r} references (has {test.langs})")
         references = [pair[test.langs.index(made.tgt)] for pair in test]
@@ -379,7 +380,13 @@ def export_model_format(
         "not_included": [
             {"id": r.id, "kind": r.kind} for r in system.replays if r is not replay
         ],  # fmt: skip
+        "test_set": system.corpus_name,
+        "scores": read_manifest(
+            step_dir(workdir, {p.id: p for p in plan}[system.stage.evaluate])
+        ).get("metrics", {}),
     }
+    if made.finish is not None:
+        made.finish(partial, info)
     (partial / EXPORT_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     folder.parent.mkdir(parents=True, exist_ok=True)
     if folder.exists():
