@@ -192,12 +192,15 @@ class ModelExport:
     ``decode(lines, exported)``, the model's 1-best translations of source lines through the
     other tool's own API with the settings ``info`` states (what a user of the export runs),
     by the written (quantized) model when ``exported``, else by the same model unquantized:
-    the export compares them with the run's output and with each other."""
+    the export compares them with the run's output and with each other. ``finish(directory,
+    record)``, if given, adds what needs the export's whole record (the stage's scores: a model
+    card) once it passed."""
 
     src: str
     tgt: str
     info: dict[str, Any]
     decode: Callable[[list[str], bool], list[str]]
+    finish: Callable[[Path, dict[str, Any]], None] | None = None
 
 
 class Step(Plugin[ConfigT]):

@@ -16,6 +16,7 @@ from mtcore.contracts.registry import Registry
 from mtcore.contracts.step import Artifact, ModelExport, config_dict
 from mtcore.recipe.load import Recipe
 from mtcore.recipe.plan import make_plan, step_dir
+from mtcore.run.cache import read_manifest
 from mtcore.system.inference import Replay, Translator
 
 EXPORT_FILE = "mtcore_export.json"
@@ -94,7 +95,13 @@ def export_model_format(
             {"id": r.id, "kind": r.kind} for r in system.replays if r is not replay
         ],  # fmt: skip
         "path": path_statement(system, replay, partial),
+        "test_set": system.corpus_name,
+        "scores": read_manifest(
+            step_dir(workdir, {p.id: p for p in make_plan(recipe, registry)}[system.stage.evaluate])
+        ).get("metrics", {}),
     }
+    if made.finish is not None:
+        made.finish(partial, info)
     (partial / EXPORT_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     folder.parent.mkdir(parents=True, exist_ok=True)
     if folder.exists():

@@ -1,39 +1,39 @@
 """A translate step's model written as a transformers directory (``mtcore export --format
-huggingface``): what ``AutoModelForSeq2SeqLM.from_pretrained(DIR)`` loads with transformers' own
-classes (no ``trust_remote_code``), safetensors weights saved in float32, float16 or bfloat16, a
-``generation_config.json`` holding the step's search, the tokenizer files beside them and
-``mtcore_export.json`` saying how to make input ids.
+huggingface``): what ``pipeline("translation", model=DIR)`` and
+``AutoModelForSeq2SeqLM.from_pretrained(DIR)`` load with transformers' own classes (no
+``trust_remote_code``), safetensors weights saved in float32, float16 or bfloat16, a
+``generation_config.json`` holding the step's search (the only place: ``config.json`` holds
+none), a tokenizer ``AutoTokenizer`` loads, a model card (``README.md``,
+:mod:`~mtcore_plugins.steps._hf_card`) and ``mtcore_export.json``.
 
-A fairseq model trained by a recipe maps onto one of transformers' two ports of fairseq's
-Transformer, chosen by where its layer norms sit:
+A fairseq model trained by a recipe maps onto one of two transformers classes, chosen by where
+its layer norms sit (:mod:`~mtcore_plugins.steps._hf_fairseq`, which says why not FSMT):
 
 - post-norm (fairseq's ``transformer``: ``normalize_before`` off on both sides) →
-  ``FSMTForConditionalGeneration``, which ties the decoder's input and output embeddings (and,
-  with ``share_all_embeddings``, the encoder's too);
+  ``MarianMTModel``, which ties the decoder's input and output embeddings (and, with
+  ``share_all_embeddings``, the encoder's too), fairseq's sinusoids saved as its position table;
 - pre-norm (on on both sides, with fairseq's final layer norms) →
   ``M2M100ForConditionalGeneration``, which shares one embedding between encoder, decoder and
-  output (``share_all_embeddings``).
+  output (``share_all_embeddings``) and makes fairseq's sinusoids itself.
 
 Both keep fairseq's parameter names, dictionary ids (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2,
-``<unk>`` 3), embedding scale and sinusoidal positions (from ``padding_idx + 1``, fairseq's
-frequencies), so the weights are renamed, not converted. Marian is no target: its sinusoids
-have other frequencies and start at 0. What neither expresses is refused by name before any
-weight is read, as is a parameter with no place after the renaming; and the written directory,
-loaded back, must give fairseq's log-probabilities on a probe within ``PROBE_TOLERANCE``, or
-nothing is written (:mod:`~mtcore_plugins.steps._hf_fairseq`).
+``<unk>`` 3) and embedding scale, so the weights are renamed, not converted. What neither
+expresses is refused by name before any weight is read, as is a parameter with no place after
+the renaming; and the written directory, loaded back, must give fairseq's log-probabilities on
+a probe within ``PROBE_TOLERANCE`` and, through ``generate`` with its cache, the ids of
+fairseq's beam search (as the step runs it) on probe sources, or nothing is written.
 
-transformers has no tokenizer class for "SentencePiece pieces looked up in a fairseq
-dictionary", so the directory holds ``spm.model`` and the dictionaries as
-``source_vocab.json`` / ``target_vocab.json`` (piece -> id), and ``mtcore_export.json``'s
-``tokenizer`` says how fairseq makes input ids of them: the pieces' ids, then EOS.
+The tokenizer is a ``MarianTokenizer`` (``source.spm``/``target.spm``: the SentencePiece model;
+``vocab.json``, and ``target_vocab.json`` when it differs: the fairseq dictionaries): the
+pieces' dictionary ids, then EOS, as fairseq's ``encode_line`` makes them.
 
 A pretrained model of the recipe's ``models:`` is a transformers model already: its weights are
 written again (in the asked dtype) with its config and tokenizer files, and a generation config
 that forces the target language's token (M2M-100, NLLB, mBART-50).
 
-``decode`` translates with ``generate`` on the written directory (the step's beam, length
-penalty and ``a * source + b`` cap, EOS forced there as fairseq forces it) or, unexported, with
-the step's own CTranslate2 decoding in float32, so that the export's BLEU check compares them.
+``decode`` translates with ``generate`` on the written directory (its tokenizer, the step's
+``a * source + b`` cap, EOS forced there as fairseq forces it) or, unexported, with the step's
+own CTranslate2 decoding in float32, so that the export's BLEU check compares them.
 """
 
 from __future__ import annotations
@@ -63,20 +63,23 @@ from mtcore_plugins.common.hub.pretrained import (
 )
 from mtcore_plugins.steps._ct2_decoding import Ct2Translator
 from mtcore_plugins.steps._ct2_export import search_settings
+from mtcore_plugins.steps._hf_card import write_card
 from mtcore_plugins.steps._hf_fairseq import (
     EOS,
     IDS,
     PROBE_TOLERANCE,
     UNK,
+    fairseq_search,
     load_fairseq,
     probe,
+    probe_sources,
+    save,
     transformers_model,
     unsupported,
 )
 
 DTYPES = ("float32", "float16", "bfloat16")
 """The weights' saved type (``--quantization``); transformers has no int8 format of its own."""
-VOCABS = ("source_vocab.json", "target_vocab.json")
 
 
 @dataclass
@@ -161,14 +164,15 @@ def export_huggingface(
             "does); the rest is generation_config.json",
         },
     }
-    return ModelExport(config.src, config.tgt, info, decode)
+    return ModelExport(config.src, config.tgt, info, decode, write_card)
 
 
 def write_fairseq(
     search: Any, step_id: str, inputs: dict[str, Artifact], out: Path, dtype: str, registry: Any
 ) -> tuple[Side, dict[str, Any]]:
-    """A recipe's fairseq model as FSMT or M2M-100, checked against fairseq on a probe, with
-    ``spm.model`` and the dictionaries beside it."""
+    """A recipe's fairseq model as Marian or M2M-100 with a MarianTokenizer's files, checked
+    against fairseq: forced log-probabilities on a probe, and fairseq's beam search against
+    ``generate`` (cache on, as ``pipeline`` runs it) on probe sources."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
@@ -201,41 +205,81 @@ def write_fairseq(
             )
     built = transformers_model(loaded, args, dictionaries, search, positions)
     out.mkdir(parents=True, exist_ok=False)
-    built.save_pretrained(str(out), safe_serialization=True)
+    save(built, out)
+    generation(search, positions[1], []).save_pretrained(str(out))
+    write_tokenizer(out, inputs["spm"].file("model", "spm.model"), dictionaries, search, positions)
     written = AutoModelForSeq2SeqLM.from_pretrained(
         str(out), dtype=torch.float32, local_files_only=True, trust_remote_code=False
     ).eval()
+    kind = type(written).__name__
     difference = probe(loaded, written, [len(d) for d in dictionaries])
     if not difference <= PROBE_TOLERANCE:
         raise DataError(
-            f"{step_id}: the {type(written).__name__} model differs from the fairseq one by "
-            f"{difference:.2e} in log-probability on a probe (at most {PROBE_TOLERANCE}); not "
-            "exported"
+            f"{step_id}: the {kind} model differs from the fairseq one by {difference:.2e} in "
+            f"log-probability on a probe (at most {PROBE_TOLERANCE}); not exported"
         )
+    sources = probe_sources(len(dictionaries[0]))
+    theirs = fairseq_search(loaded, task, search, sources)
+    ours = generate_ids(written, search, [], positions[1], sources)
+    for number, (a, b) in enumerate(zip(theirs, ours, strict=True)):
+        if a != b:
+            raise DataError(
+                f"{step_id}: the {kind} model's generate gives other ids than fairseq's beam "
+                f"search on probe source {number} ({b} against {a}); not exported"
+            )
     if dtype != "float32":
-        written.to(getattr(torch, dtype)).save_pretrained(str(out), safe_serialization=True)
-    cached = bool(written.config.use_cache)
-    generation(search, positions[1], [], use_cache=cached).save_pretrained(str(out))
-    spm = inputs["spm"]
-    shutil.copyfile(spm.file("model", "spm.model"), out / "spm.model")
-    for name, d in zip(VOCABS, dictionaries, strict=True):
-        vocab = dict(d.indices)  # what fairseq's encode_line looks pieces up in, in id order
-        (out / name).write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n")
+        save(written.to(getattr(torch, dtype)), out)
     direction = str(model.meta.get("direction", "l2r"))
     info = {
-        "architecture": type(written).__name__,
+        "architecture": kind,
         "fairseq": {
             "norm": "pre" if built.config.model_type == "m2m_100" else "post",
             "probe_difference": difference,
+            "probe_searches": len(sources),
         },
         "tokenizer": fairseq_tokenizer(direction),
     }
-    return fairseq_side(out, direction, positions), info
+    return tokenizer_side(out, direction, positions), info
 
 
-def generation(
-    search: Any, positions: int | None, prefix: list[int], base: Any = None, use_cache: bool = True
-) -> Any:
+def write_tokenizer(
+    out: Path, spm: Path, dictionaries: tuple[Any, Any], search: Any, positions: Any
+) -> None:
+    """A MarianTokenizer's files: the SentencePiece model (as ``source.spm`` and
+    ``target.spm``), the fairseq dictionaries as ``vocab.json`` (and ``target_vocab.json`` when
+    the target's differs); its ids are fairseq's (the pieces', ``<unk>`` for one the dictionary
+    lacks, then ``</s>``)."""
+    from transformers import MarianTokenizer
+
+    vocabs = [dict(d.indices) for d in dictionaries]  # what fairseq's encode_line looks up
+    separate = vocabs[0] != vocabs[1]
+    files: dict[str, dict[str, int] | None] = {
+        "source.spm": None,
+        "target.spm": None,
+        "vocab.json": vocabs[0],
+    }
+    if separate:
+        files["target_vocab.json"] = vocabs[1]
+    for name, vocab in files.items():
+        if vocab is None:
+            shutil.copyfile(spm, out / name)
+        else:
+            (out / name).write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n")
+    tokenizer = MarianTokenizer(
+        source_spm=str(out / "source.spm"),
+        target_spm=str(out / "target.spm"),
+        vocab=str(out / "vocab.json"),
+        target_vocab_file=str(out / "target_vocab.json") if separate else None,
+        separate_vocabs=separate,
+        source_lang=search.src,
+        target_lang=search.tgt,
+        model_max_length=positions[0] or 1024,
+        clean_up_tokenization_spaces=False,  # the pieces' text as SentencePiece decodes it
+    )
+    tokenizer.save_pretrained(str(out))
+
+
+def generation(search: Any, positions: int | None, prefix: list[int], base: Any = None) -> Any:
     """``generation_config.json``: the step's search, fairseq's special ids, ``min_len`` 1 and
     EOS forced at the last position (``max_length``: the decoder's positions)."""
     from transformers import GenerationConfig
@@ -246,7 +290,7 @@ def generation(
         "num_beams": search.beam,
         "do_sample": False,
         "min_new_tokens": 1 + len(prefix),
-        "use_cache": use_cache,
+        "use_cache": True,
     }
     if base.forced_eos_token_id is None:
         settings["forced_eos_token_id"] = base.eos_token_id
@@ -268,37 +312,38 @@ def fairseq_tokenizer(direction: str) -> dict[str, Any]:
         direction == "r2l"
     )
     return {
-        "kind": "sentencepiece+fairseq-dictionary",
-        "files": ["spm.model", *VOCABS],
-        "source": "input_ids = [source_vocab[p] if p in source_vocab else 3 for p in "
-        "spm.encode(line, out_type=str)] + [2]: the pieces' dictionary ids (<unk> 3 for a piece "
-        "the dictionary lacks) and fairseq's EOS; a source over positions.source ids keeps its "
-        "first positions.source - 1 pieces and the EOS; an empty line translates to nothing",
-        "target": "the generated ids after decoder_start_token_id (2), up to EOS (2), are the "
-        f"pieces of target_vocab.json with those ids,{reverse} joined by spm.decode_pieces",
+        "kind": "transformers",
+        "class": "MarianTokenizer",
+        "files": ["source.spm", "target.spm", "vocab.json", "tokenizer_config.json"],
+        "source": "AutoTokenizer.from_pretrained(DIR)(line).input_ids: the SentencePiece pieces' "
+        "ids in fairseq's dictionary (<unk> 3 for a piece it lacks) and fairseq's EOS (2), as "
+        "fairseq's encode_line makes them; an empty line translates to nothing",
+        "target": "tokenizer.decode(generated ids, skip_special_tokens=True):"
+        f"{reverse} the pieces joined by SentencePiece",
         "special_ids": {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3},
     }
 
 
-def fairseq_side(out: Path, direction: str, positions: tuple[int | None, int | None]) -> Side:
-    """The written directory's SentencePiece model and dictionaries as fairseq uses them."""
-    import sentencepiece
+def tokenizer_side(out: Path, direction: str, positions: tuple[int | None, int | None]) -> Side:
+    """The written directory's tokenizer as ``AutoTokenizer`` loads it."""
+    from transformers import AutoTokenizer
 
-    spm = sentencepiece.SentencePieceProcessor(model_file=str(out / "spm.model"))
-    source = json.loads((out / VOCABS[0]).read_text())
-    pieces = {i: p for p, i in json.loads((out / VOCABS[1]).read_text()).items()}
+    tokenizer = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
     limit = positions[0]
 
     def encode(lines: list[str]) -> list[list[int]]:
         found = []
-        for line in spm.encode(lines, out_type=str):
-            kept = line[: limit - 1] if limit is not None else line
-            found.append([*(source.get(p, UNK) for p in kept), EOS] if kept else [])
+        for ids in tokenizer(lines)["input_ids"] if lines else []:
+            if limit is not None and len(ids) > limit:
+                ids = [*ids[: limit - 1], EOS]
+            found.append(ids if len(ids) > 1 else [])
         return found
 
     def text(ids: list[int]) -> str:
-        tokens = [pieces[i] for i in ids]
-        return str(spm.decode_pieces(tokens[::-1] if direction == "r2l" else tokens))
+        if direction == "r2l":
+            tokens = tokenizer.convert_ids_to_tokens(ids)[::-1]
+            return str(tokenizer.convert_tokens_to_string(tokens))
+        return str(tokenizer.decode(ids, skip_special_tokens=True))
 
     return Side(encode, text, [], positions)
 
@@ -357,7 +402,7 @@ def write_pretrained(
 
 def generate(directory: Path, search: Any, side: Side, lines: list[str]) -> list[str]:
     """``lines`` translated by transformers' ``generate`` on the written directory, each under
-    the step's cap (sources of one length together: no padding), an empty line to nothing."""
+    the step's cap, an empty line to nothing."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
@@ -372,19 +417,36 @@ def generate(directory: Path, search: Any, side: Side, lines: list[str]) -> list
         .to("cuda" if cuda else "cpu")
         .eval()
     )
+    sources = side.encode(lines)
+    kept = [i for i, source in enumerate(sources) if source]
+    outputs = generate_ids(
+        model, search, side.prefix, side.positions[1], [sources[i] for i in kept]
+    )
+    found = [""] * len(lines)
+    for index, ids in zip(kept, outputs, strict=True):
+        found[index] = side.text(ids)
+    return found
+
+
+def generate_ids(
+    model: Any, search: Any, prefix: list[int], positions: int | None, sources: list[list[int]]
+) -> list[list[int]]:
+    """The output ids (after the decoder start and ``prefix``, before EOS) of ``generate`` on
+    each source under the step's cap (fairseq's: ``a * ids + b``, at most ``positions - 2``),
+    sources of one length in a batch (no padding)."""
+    import torch
+
     eos = model.generation_config.eos_token_id
     ends = set(eos) if isinstance(eos, list) else {eos}
-    sources = side.encode(lines)
     groups: dict[int, list[int]] = {}
     for index, source in enumerate(sources):
-        if source:
-            groups.setdefault(len(source), []).append(index)
-    found = [""] * len(lines)
-    skip = 1 + len(side.prefix)  # the decoder start and the target language's token
+        groups.setdefault(len(source), []).append(index)
+    found: list[list[int]] = [[] for _ in sources]
+    skip = 1 + len(prefix)  # the decoder start and the target language's token
     for length, indices in sorted(groups.items()):
         cap = math.floor(length * search.max_len_a + search.max_len_b)
-        if side.positions[1] is not None:  # fairseq: max_len = positions - 1, cap max_len - 1
-            cap = min(cap, side.positions[1] - 2)
+        if positions is not None:  # fairseq: max_len = positions - 1, cap max_len - 1
+            cap = min(cap, positions - 2)
         for start in range(0, len(indices), search.batch_size):
             batch = indices[start : start + search.batch_size]
             ids = torch.tensor([sources[i] for i in batch], device=model.device)
@@ -392,10 +454,10 @@ def generate(directory: Path, search: Any, side: Side, lines: list[str]) -> list
                 rows = model.generate(
                     ids,
                     attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max(cap, 1) + len(side.prefix) + 1,
+                    max_new_tokens=max(cap, 1) + len(prefix) + 1,
                 )
             for index, row in zip(batch, rows.tolist(), strict=True):
                 tokens = row[skip:]
                 end = next((i for i, t in enumerate(tokens) if t in ends), len(tokens))
-                found[index] = side.text(tokens[:end])
+                found[index] = tokens[:end]
     return found

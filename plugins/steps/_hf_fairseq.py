@@ -1,7 +1,17 @@
-"""A recipe's fairseq Transformer as transformers' FSMT (post-norm) or M2M-100 (pre-norm), for
+"""A recipe's fairseq Transformer as transformers' Marian (post-norm) or M2M-100 (pre-norm), for
 :mod:`~mtcore_plugins.steps._hf_export`: what neither can express (:func:`unsupported`), the
-model with fairseq's weights renamed (:func:`transformers_model`), and the probe that compares
-the two (:func:`probe`)."""
+model with fairseq's weights renamed (:func:`transformers_model`), and the probes that compare
+the two: forced log-probabilities (:func:`probe`) and fairseq's own beam search
+(:func:`fairseq_search`) against ``generate`` with its cache.
+
+Not FSMT, transformers' port of this very model: in transformers 4.57 its decoder reads a
+cached step's position from the one-token input (always the first position,
+huggingface/transformers#21719), and with the cache off builds no causal mask under
+``generate`` (which passes ``encoder_outputs``, not ``input_ids``): earlier target positions
+see later ones. Marian is post-norm too, with no embedding layer norm; its positions are a
+table indexed from 0 that it does not save (and, missing from a checkpoint, fills with
+sinusoids of other frequencies), so the export saves fairseq's table from ``padding_idx + 1``
+in it and ``from_pretrained`` loads it as any weight."""
 
 from __future__ import annotations
 
@@ -23,7 +33,7 @@ ACTIVATIONS = {
 }
 """fairseq's --activation-fn -> transformers' ACT2FN name of the same function."""
 IDS = {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2}
-"""fairseq's Dictionary ids, which FSMT's and M2M-100's configs take as theirs."""
+"""fairseq's Dictionary ids, which Marian's and M2M-100's configs take as theirs."""
 UNK = 3
 EOS = IDS["eos_token_id"]
 NORMFORMER = ("scale_attn", "scale_fc", "scale_heads", "scale_resids")
@@ -34,7 +44,7 @@ SKIPPED = (".version", "._float_tensor")  # fairseq's bookkeeping buffers, no we
 
 
 def unsupported(args: Any, model: str) -> list[str]:
-    """What transformers' FSMT and M2M-100 cannot express in a fairseq ``model`` of these
+    """What transformers' Marian and M2M-100 cannot express in a fairseq ``model`` of these
     checkpoint arguments (empty: one of them can)."""
     import argparse
 
@@ -58,14 +68,14 @@ def unsupported(args: Any, model: str) -> list[str]:
     width = get("decoder_embed_dim", None)
     checks = [
         (len(sides) > 1, "pre-norm layers on one side and "
-         "post-norm on the other (FSMT is post-norm on both, M2M-100 pre-norm on both)"),
+         "post-norm on the other (Marian is post-norm on both, M2M-100 pre-norm on both)"),
         (pre and not get("share_all_embeddings", False), "separate source and target embeddings "
          "in a pre-norm model (M2M-100 shares one: train with share_all_embeddings)"),
         (pre and get("no_decoder_final_norm", False), "a pre-norm decoder without its final "
          "layer norm (M2M-100 has one)"),
-        (post and not tied, "separate decoder input and output embeddings (FSMT ties them: "
+        (post and not tied, "separate decoder input and output embeddings (Marian ties them: "
          "train with share_all_embeddings or --share-decoder-input-output-embed)"),
-        *((get(f"{side}_learned_pos", False), f"learned {side} positions (FSMT and M2M-100 have "
+        *((get(f"{side}_learned_pos", False), f"learned {side} positions (Marian and M2M-100 have "
            "sinusoidal ones)") for side in ("encoder", "decoder")),
         (get("layernorm_embedding", False), "a layer norm over the embeddings"),
         (get("no_token_positional_embeddings", False), "no position embeddings at all"),
@@ -120,13 +130,13 @@ def transformers_model(
     search: Any,
     positions: tuple[int | None, int | None],
 ) -> Any:
-    """FSMT (post-norm) or M2M-100 (pre-norm) with the fairseq model's weights, renamed."""
+    """Marian (post-norm) or M2M-100 (pre-norm) with the fairseq model's weights, renamed."""
     import torch
     from transformers import (
-        FSMTConfig,
-        FSMTForConditionalGeneration,
         M2M100Config,
         M2M100ForConditionalGeneration,
+        MarianConfig,
+        MarianMTModel,
     )
 
     get = args.get if isinstance(args, dict) else lambda k, d=None: getattr(args, k, d)
@@ -148,31 +158,33 @@ def transformers_model(
         **dict.fromkeys(("encoder_layerdrop", "decoder_layerdrop"), 0.0),
     }
     state = {k: v for k, v in loaded.state_dict().items() if not k.endswith(SKIPPED)}
+    renamed = {
+        ("lm_head.weight" if k == "decoder.output_projection.weight" else f"model.{k}"): v
+        for k, v in state.items()
+    }
     built: Any
     if encoder.layers[0].normalize_before:
         built = M2M100ForConditionalGeneration(
             M2M100Config(vocab_size=len(dictionaries[1]), **settings)
         )
-        renamed = {
-            ("lm_head.weight" if k == "decoder.output_projection.weight" else f"model.{k}"): v
-            for k, v in state.items()
-        }
         renamed["model.shared.weight"] = state["encoder.embed_tokens.weight"]
     else:
         shared = encoder.embed_tokens.weight is decoder.embed_tokens.weight
-        # use_cache off: transformers' FSMT reads the positions of a cached step from the
-        # one-token input, i.e. always the first (fixed upstream in transformers PR #48289);
-        # without the cache every step runs the whole prefix again, exactly
-        config = FSMTConfig(
-            langs=[search.src, search.tgt],
-            src_vocab_size=len(dictionaries[0]),
-            tgt_vocab_size=len(dictionaries[1]),
-            tie_word_embeddings=shared,
-            use_cache=False,
+        config = MarianConfig(
+            vocab_size=len(dictionaries[0]),
+            decoder_vocab_size=len(dictionaries[1]),
+            share_encoder_decoder_embeddings=shared,
+            tie_word_embeddings=True,
+            forced_eos_token_id=None,  # Marian's 0 otherwise; generation_config.json holds 2
             **settings,
         )
-        built = FSMTForConditionalGeneration(config)
-        renamed = {f"model.{k}": v for k, v in state.items()}
+        built = MarianMTModel(config)
+        if shared:
+            renamed["model.shared.weight"] = state["encoder.embed_tokens.weight"]
+        renamed["final_logits_bias"] = torch.zeros(1, len(dictionaries[1]))
+        size = settings["max_position_embeddings"]
+        for name, side in (("encoder", encoder), ("decoder", decoder)):
+            renamed[f"model.{name}.embed_positions.weight"] = fairseq_positions(side, size)
     kind = type(built).__name__
     own = built.state_dict()
     extra = sorted(set(renamed) - set(own))
@@ -191,6 +203,64 @@ def transformers_model(
     except RuntimeError as exc:
         raise DataError(f"{kind}: {str(exc).splitlines()[-1].strip()}") from None
     return built.eval()
+
+
+def fairseq_positions(side: Any, size: int) -> Any:
+    """fairseq's sinusoids of ``side`` (encoder or decoder) for its first ``size`` tokens
+    (positions ``padding_idx + 1`` on): Marian's table, which it indexes from 0."""
+    import torch
+
+    with torch.no_grad():
+        return side.embed_positions(torch.full((1, size), EOS)).reshape(size, -1).clone()
+
+
+def save(model: Any, out: Any) -> None:
+    """``model`` in ``out`` as safetensors, Marian's position table included (its class leaves
+    it out, being the sinusoids it makes)."""
+    model._keys_to_ignore_on_save = None
+    model.save_pretrained(str(out), safe_serialization=True)
+
+
+def fairseq_search(loaded: Any, task: Any, search: Any, sources: list[list[int]]) -> list[Any]:
+    """fairseq's beam search of each source alone as the step runs it (its
+    ``SequenceGenerator`` with the step's beam, length penalty, ``a * source + b`` cap and
+    n-gram block, as :class:`~mtcore_plugins.common.decoding.translator.Translator` mends
+    them): the output ids before EOS."""
+    import torch
+
+    from mtcore_plugins.common.decoding.translator import block_repeats_by_step, limit_rows
+    from mtcore_plugins.common.fairseq.setup import importing_fairseq
+
+    with importing_fairseq():
+        from fairseq.sequence_generator import SequenceGenerator
+
+    generator = SequenceGenerator(
+        [loaded],
+        task.target_dictionary,
+        beam_size=search.beam,
+        max_len_a=search.max_len_a,
+        max_len_b=search.max_len_b,
+        min_len=1,
+        len_penalty=search.lenpen,
+        no_repeat_ngram_size=search.no_repeat_ngram_size or 0,
+    )
+    limit_rows(generator, search.max_len_a, search.max_len_b)
+    block_repeats_by_step(generator)
+    found = []
+    for source in sources:
+        src = torch.tensor([source])
+        sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([len(source)])}}
+        with torch.no_grad():
+            tokens = generator.generate([loaded], sample)[0][0]["tokens"].tolist()
+        found.append(tokens[:-1] if tokens[-1:] == [EOS] else tokens)
+    return found
+
+
+def probe_sources(size: int) -> list[list[int]]:
+    """Three sources of 5, 10 and 17 ids spread over a dictionary of ``size``, EOS last."""
+    return [
+        [4 + (i * 7919 + n * 104729) % (size - 4) for i in range(n)] + [EOS] for n in (4, 9, 16)
+    ]
 
 
 def probe(loaded: Any, written: Any, sizes: list[int]) -> float:

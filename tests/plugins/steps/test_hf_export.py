@@ -1,9 +1,11 @@
 """``mtcore export --format huggingface`` (a transformers directory) on real en-ja lines: micro
-fairseq models trained here, post-norm written as FSMT and pre-norm as M2M-100, loaded back by
-transformers from the directory alone, translate the dev lines as the translate step does and
-give fairseq's log-probabilities; what transformers cannot express (relative positions, an
-ensemble, separate embeddings where the target shares them) and int8 are refused by name; and
-through the CLI, a pretrained M2M-100 teacher's stage is written float32 by default."""
+fairseq models trained here, post-norm written as Marian and pre-norm as M2M-100, loaded back by
+transformers from the directory alone (``pipeline("translation")``, ``AutoTokenizer``),
+translate the dev lines as the translate step does (greedy, and beam search with its cache and
+an n-gram block), make fairseq's ids and give its log-probabilities; a cached decode unlike
+fairseq's is refused; what transformers cannot express (relative positions, an ensemble,
+separate embeddings where the target shares them) and int8 are refused by name; and through the
+CLI, a pretrained M2M-100 teacher's stage is written float32 by default, with a model card."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from mtcore.cli.app import cli
@@ -46,9 +49,9 @@ BRIEF = {"max_update": 2, "save_interval_updates": 2}
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """test_decoding's data (1,000 real pairs, SentencePiece, binarized); micro models of 60
-    updates, post-norm with every embedding shared (FSMT) and pre-norm (M2M-100); a
+    updates, post-norm with every embedding shared (Marian) and pre-norm (M2M-100); a
     right-to-left one of 40 with separate source embeddings (NT5's
-    --share-decoder-input-output-embed: FSMT untied);
+    --share-decoder-input-output-embed: Marian's separate vocabularies);
     2-update ones transformers cannot express (encoder RPE; pre-norm with separate
     embeddings); real dev lines and a private conversion cache."""
     root = tmp_path_factory.mktemp("hf")
@@ -94,42 +97,37 @@ def dev_lines(setup: dict[str, Path]) -> list[str]:
     return (setup["dev"] / "corpus.en").read_text(encoding="utf-8").split("\n")[:LINES]
 
 
-def standalone(out: Path, lines: list[str], r2l: bool) -> list[str]:
-    """The directory alone, used as mtcore_export.json's ``tokenizer`` says: sentencepiece
-    pieces, their ids in source_vocab.json and EOS; ``generate`` under the step's cap (1.5 *
-    ids + 10, EOS forced there); output ids to pieces by target_vocab.json (a right-to-left
-    model's reversed)."""
-    import sentencepiece as spm
-    import torch
-    from transformers import AutoModelForSeq2SeqLM
+def standalone(out: Path, lines: list[str], r2l: bool, **search: Any) -> list[str]:
+    """The directory alone through ``pipeline("translation")``, given the step's cap (1.5 *
+    ids + 10, at most positions - 2) as ``max_new_tokens`` (the model card's advice) and
+    ``search``; a right-to-left model's pieces put back in order."""
+    from transformers import pipeline
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
-    pieces = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
-    source = json.loads((out / "source_vocab.json").read_text(encoding="utf-8"))
-    target = {i: p for p, i in json.loads((out / "target_vocab.json").read_text()).items()}
+    translate = pipeline("translation", model=str(out))
+    tokenizer = translate.tokenizer
     positions = json.loads((out / "config.json").read_text())["max_position_embeddings"]
     got = []
     for line in lines:
-        ids = [source.get(p, 3) for p in pieces.encode(line, out_type=str)]
-        if not ids:  # the step's empty output for an empty source
+        ids = tokenizer(line)["input_ids"]
+        if ids == [2]:  # the step's empty output for an empty source
             got.append("")
             continue
-        ids.append(2)
         cap = min(math.floor(len(ids) * 1.5 + 10), positions - 2)
-        with torch.no_grad():
-            (row,) = model.generate(torch.tensor([ids]), max_new_tokens=cap + 1).tolist()
-        tokens = row[1:]
-        tokens = tokens[: tokens.index(2)] if 2 in tokens else tokens
-        found = [target[i] for i in tokens]
-        got.append(pieces.decode_pieces(found[::-1] if r2l else found))
+        (found,) = translate(line, max_new_tokens=cap + 1, return_tensors=r2l, **search)
+        if r2l:
+            output = [i for i in found["translation_token_ids"].tolist() if i > 3]
+            pieces = tokenizer.convert_ids_to_tokens(output)[::-1]
+            got.append(tokenizer.convert_tokens_to_string(pieces))
+        else:
+            got.append(found["translation_text"])
     return got
 
 
 @pytest.mark.parametrize(
     ("model", "architecture"),
     [
-        ("post", "FSMTForConditionalGeneration"),  # every embedding shared (the default)
-        ("split_r2l", "FSMTForConditionalGeneration"),  # separate source embeddings, r2l
+        ("post", "MarianMTModel"),  # every embedding shared (the default)
+        ("split_r2l", "MarianMTModel"),  # separate source embeddings, r2l
         ("pre", "M2M100ForConditionalGeneration"),
     ],
 )
@@ -137,8 +135,9 @@ def test_the_written_directory_translates_as_the_step_does(
     setup: dict[str, Path], tmp_path: Path, model: str, architecture: str
 ) -> None:
     """transformers alone, from the directory: the step's greedy output (fairseq, its default
-    backend) line for line, and fairseq's log-probabilities of the references; the export's
-    own decodes (generate on the directory; the step's CTranslate2 float32) agree."""
+    backend) line for line through ``pipeline("translation")``, and fairseq's
+    log-probabilities of the references; the export's own decodes (generate on the directory;
+    the step's CTranslate2 float32) agree."""
     import sentencepiece as spm
     import torch
     from transformers import AutoModelForSeq2SeqLM
@@ -152,20 +151,28 @@ def test_the_written_directory_translates_as_the_step_does(
         "config.json",
         "generation_config.json",
         "model.safetensors",
-        "spm.model",
-        "source_vocab.json",
-        "target_vocab.json",
-    } == {p.name for p in out.iterdir()}
+        "source.spm",
+        "target.spm",
+        "vocab.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    } == {p.name for p in out.iterdir()}  # one dictionary: split_r2l's two are equal
+    # one set of search settings: generation_config.json's
+    config = json.loads((out / "config.json").read_text())
+    assert not {"num_beams", "max_length", "length_penalty"} & set(config)
     lines = dev_lines(setup)
     assert made.info["direction"] == ("r2l" if model == "split_r2l" else "l2r")
-    assert standalone(out, lines, made.info["direction"] == "r2l") == expected[:LINES]
-    assert made.decode(lines, True) == expected[:LINES] == made.decode(lines, False)
+    # transformers' translation pipeline searches with 4 beams unless told (the model card
+    # says so for a greedy step): generation_config.json's num_beams 1 is its default value
+    got = standalone(out, lines, made.info["direction"] == "r2l", num_beams=1)
+    assert got == [line.strip() for line in expected[:LINES]]  # MarianTokenizer strips
+    assert made.decode(lines, True) == got and made.decode(lines, False) == expected[:LINES]
     # forced decoding of the references: fairseq's log-probabilities within 1e-4
     loaded, task, _ = load_fairseq(
         Artifact.open(setup[model]), "en", "ja", ["transformer_presets"], load_registry()
     )
     written = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
-    pieces = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    pieces = spm.SentencePieceProcessor(model_file=str(out / "source.spm"))
     refs = (setup["dev"] / "corpus.ja").read_text(encoding="utf-8").split("\n")[:LINES]
     worst = 0.0
     for line, ref in zip(lines, refs, strict=True):
@@ -186,6 +193,80 @@ def test_the_written_directory_translates_as_the_step_does(
             ours = ours.log_softmax(-1).gather(-1, tgt[..., None])
         worst = max(worst, float((theirs - ours).abs().max()))
     assert worst < 1e-4
+
+
+@pytest.mark.parametrize("model", ["post", "pre"])
+def test_beam_search_with_the_cache_and_an_ngram_block_is_the_steps(
+    setup: dict[str, Path], tmp_path: Path, model: str
+) -> None:
+    """Beam 4 and a trigram block (NT5's ft search): ``pipeline("translation")``, its search
+    from generation_config.json and its cache on, gives the step's fairseq output."""
+    search = {"beam": 4, "no_repeat_ngram_size": 3}
+    data = {**setup, "test": setup["dev"], "model": setup[model]}
+    _, expected, _ = translate(data, tmp_path / "run", **search)
+    out = tmp_path / "hf"
+    made = export(setup, model, out, **search)
+    assert made.info["fairseq"]["probe_searches"] == 3
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation["num_beams"] == 4 and generation["no_repeat_ngram_size"] == 3
+    assert generation.get("use_cache", True) is True
+    got = standalone(out, dev_lines(setup), False)
+    assert got == [line.strip() for line in expected[:LINES]]  # MarianTokenizer strips
+
+
+@pytest.mark.parametrize("model", ["post", "split_r2l"])
+def test_auto_tokenizer_makes_fairseqs_ids_and_text(
+    setup: dict[str, Path], tmp_path: Path, model: str
+) -> None:
+    """``AutoTokenizer.from_pretrained(DIR)``: fairseq's ids (the pieces' in the source
+    dictionary, EOS last) of English and unsegmented Japanese lines, and the target
+    dictionary's ids back to SentencePiece's text."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "hf"
+    export(setup, model, out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert type(tokenizer).__name__ == "MarianTokenizer"
+    _, task, _ = load_fairseq(
+        Artifact.open(setup[model]), "en", "ja", ["transformer_presets"], load_registry()
+    )
+    model_file = Artifact.open(setup["spm"]).file("model", "spm.model")
+    pieces = spm.SentencePieceProcessor(model_file=str(model_file))
+    english = dev_lines(setup)
+    japanese = (setup["dev"] / "corpus.ja").read_text(encoding="utf-8").split("\n")[:LINES]
+    decoded = 0
+    for line in [*english, *japanese]:
+        split = pieces.encode(line, out_type=str)
+        ids = task.source_dictionary.encode_line(" ".join(split), add_if_not_exist=False)
+        assert tokenizer(line)["input_ids"] == ids.tolist()
+        target = task.target_dictionary.encode_line(" ".join(split), add_if_not_exist=False)
+        if 3 not in target.tolist():  # an unknown piece decodes to nothing
+            text = tokenizer.decode(target.tolist(), skip_special_tokens=True)
+            assert text == pieces.decode_pieces(split)
+            decoded += 1
+    assert decoded >= LINES
+
+
+def test_a_cached_decode_unlike_fairseqs_is_refused(
+    setup: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export's own beam search through ``generate`` (its cache on) is part of the check:
+    Marian's positions planted as FSMT's (a cached step reads the first position), which
+    forced log-probabilities cannot see, make the export refuse."""
+    from transformers.models.marian import modeling_marian
+
+    table = modeling_marian.MarianSinusoidalPositionalEmbedding
+    forward = table.forward
+
+    def first(self: Any, shape: Any, past_key_values_length: int = 0, position_ids: Any = None):
+        return forward(self, shape, 0, None)  # from 0, whatever the cache holds
+
+    monkeypatch.setattr(table, "forward", first)
+    with pytest.raises(DataError, match="generate gives other ids than fairseq's beam search"):
+        export(setup, "post", tmp_path / "hf", beam=4)
+    monkeypatch.setattr(table, "forward", forward)
+    export(setup, "post", tmp_path / "fine", beam=4)
 
 
 def test_half_precision_is_saved_so_and_int8_is_refused(
@@ -323,6 +404,14 @@ def test_the_cli_writes_a_pretrained_teacher_float32_by_default(
     assert done.exit_code == 0, done.output
     info = json.loads((out / "mtcore_export.json").read_text())
     assert info["quantization"] == "float32" and info["quantization_check"]["loss"] == 0.0
+    # the model card: the Hub's metadata with the stage's score and its signature
+    card = (out / "README.md").read_text(encoding="utf-8")
+    meta = yaml.safe_load(card.split("---\n")[1])
+    assert meta["language"] == ["en", "ja"] and meta["pipeline_tag"] == "translation"
+    (metric,) = meta["model-index"][0]["results"][0]["metrics"]
+    assert metric["name"] == "BLEU" and metric["value"] == round(info["scores"]["BLEU"]["score"], 2)
+    assert metric["args"]["signature"].startswith("nrefs:1|")
+    assert 'pipeline("translation"' in card and "## Not included" in card
     assert info["architecture"] == "M2M100ForConditionalGeneration" and info["step"] == "bt"
     model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     tok = AutoTokenizer.from_pretrained(out)
