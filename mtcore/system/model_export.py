@@ -82,7 +82,23 @@ def export_model_format(
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    info = {
+    info = _record(made, recipe, registry, system, replay, workdir, partial, against, check)
+    if made.finish is not None:
+        made.finish(partial, info)
+    (partial / EXPORT_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists():
+        folder.rmdir()  # empty, checked above
+    os.rename(partial, folder)
+    return info
+
+
+def _record(
+    made: ModelExport, recipe: Recipe, registry: Registry, system: Translator, replay: Replay,
+    workdir: Path, partial: Path, against: dict[str, Any], check: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """What ``mtcore_export.json`` records of an export that passed its checks."""
+    return {
         **made.info,
         "mtcore": __version__,
         "recipe": recipe.name,
@@ -100,14 +116,6 @@ def export_model_format(
             step_dir(workdir, {p.id: p for p in make_plan(recipe, registry)}[system.stage.evaluate])
         ).get("metrics", {}),
     }
-    if made.finish is not None:
-        made.finish(partial, info)
-    (partial / EXPORT_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    if folder.exists():
-        folder.rmdir()  # empty, checked above
-    os.rename(partial, folder)
-    return info
 
 
 def _fed(test: Any, replay: Replay, workdir: Path, plan: list[Any], src: str) -> list[str]:
