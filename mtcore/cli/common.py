@@ -12,7 +12,8 @@ from mtcore.contracts.registry import load_registry
 from mtcore.run.cache import LOCK_ENV, lock_path
 
 
-def recipe_options(f: Any) -> Any:
+def recipe_options(f: Any, required: bool = True) -> Any:
+    """RECIPE, ``--profile`` and ``--set``."""
     f = click.option(
         "--set",
         "sets",
@@ -23,7 +24,13 @@ def recipe_options(f: Any) -> Any:
     f = click.option(
         "--profile", "-p", default=None, help="Profile to apply (default: the recipe's)."
     )(f)
-    return click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))(f)
+    kind = click.Path(dir_okay=False, path_type=Path)
+    return click.argument("recipe", required=required, type=kind)(f)
+
+
+def optional_recipe_options(f: Any) -> Any:
+    """:func:`recipe_options` for a command that can take ``--system DIR`` instead."""
+    return recipe_options(f, required=False)
 
 
 def load(recipe_path: Path, profile: str | None, sets: tuple[str, ...]) -> tuple[Any, Any, Any]:

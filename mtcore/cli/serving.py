@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from mtcore.cli.common import default_workdir, load
+from mtcore.cli.common import default_workdir, load, optional_recipe_options
 from mtcore.cli.translate import STAGE, WORKDIR
 from mtcore.contracts.errors import MtcoreError
 from mtcore.system.serve import Limits
@@ -22,11 +22,7 @@ POSITIVE = click.IntRange(1, 1 << 30)
 
 
 @click.command()
-@click.argument("recipe", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--profile", "-p", default=None, help="Profile to apply (default: the recipe's).")
-@click.option(
-    "--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a recipe value."
-)
+@optional_recipe_options
 @click.option(
     "--system",
     "system_dirs",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mtcore.cli.common import default_workdir, load, recipe_options
+from mtcore.cli.common import default_workdir, load, optional_recipe_options, recipe_options
 from mtcore.contracts.errors import MtcoreError
 
 if TYPE_CHECKING:
@@ -37,11 +37,7 @@ STAGE = click.option(
 
 
 @click.command()
-@click.argument("recipe", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--profile", "-p", default=None, help="Profile to apply (default: the recipe's).")
-@click.option(
-    "--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a recipe value."
-)
+@optional_recipe_options
 @click.option(
     "--system",
     "system_dir",
