@@ -11,7 +11,7 @@ import pytest
 
 from mtcore.contracts.errors import DataError, MtcoreError
 from mtcore.contracts.stats import Stats
-from mtcore.recipe.load import build_recipe, read_yaml
+from mtcore.recipe.load import build_recipe, load_recipe, read_yaml
 from mtcore.system.inference import (
     REPAIR,
     STRICT_KEEP,
@@ -213,3 +213,24 @@ def test_input_lines_keep_their_count_and_bad_bytes_name_the_line(tmp_path):
         "input.inner_breaks_replaced": 1,
         "input.invalid_utf8_replaced": 1,
     }
+
+
+PAPER_SETS = {"yishu": ["vars.ccmt_dir=/nonexistent/ccmt"]}  # registration-only, not read here
+
+
+@pytest.mark.parametrize("profile", ["paper", "rehearsal"])
+@pytest.mark.parametrize("name", ["nt5", "yishu", "xiaomi", "hwtsc"])
+def test_translate_serves_the_submitted_stage_of_the_paper_graphs(registry, name, profile):
+    """Issue 69: with no --stage, every direction a paper profile (and its rehearsal) submits is
+    served from that stage, and its inference path resolves; a direction it does not name is
+    served from its last stage."""
+    recipe = load_recipe(RECIPES / f"{name}.yaml", registry, profile, PAPER_SETS.get(name, []))
+    submitted = {k.replace("-", ""): v for k, v in recipe.head.submitted.items()}
+    directions = list(dict.fromkeys(s.direction for s in stages(recipe)))
+    assert submitted, f"{name} ({profile}) names no submitted stage"
+    for direction in directions:
+        chosen = choose_stage(recipe, direction, None)
+        named = [s.name for s in stages(recipe) if s.direction == direction]
+        assert chosen.name == submitted.get(direction, named[-1]), (direction, named)
+        assert inference_path(recipe, chosen)[-1] == chosen.hyp[0]
+    assert set(submitted) <= set(directions), (submitted, directions)
