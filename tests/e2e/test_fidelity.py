@@ -1,6 +1,6 @@
-"""docs/results.md's fidelity tables (issue 44): each paper's techniques with the recipe's step,
-and faithful / substituted / missing. A table must name every step kind its recipe's paper
-profile uses, so it cannot fall behind the recipe; every row has a known status."""
+"""The fidelity tables (issues 44, 69): rows kept as data in recipes/fidelity/<recipe>.yaml,
+docs/results.md's tables generated from them, every setting a row quotes read back from the
+recipe's paper profile, every step kind of the profile named by a row."""
 
 from __future__ import annotations
 
@@ -8,42 +8,137 @@ import re
 
 import pytest
 
-from mtcore.contracts.registry import load_registry
-from mtcore.recipe.load import load_recipe
-from tests.support import ROOT
+from tests.support import fidelity
+from tests.support.fidelity import Row, Table
 
-RESULTS = ROOT / "docs" / "results.md"
-HEADINGS = {"nt5": "### NT5", "hwtsc": "### HW-TSC", "yishu": "### Yishu", "xiaomi": "### Xiaomi"}
-STATUSES = {"faithful", "substituted", "missing", "infrastructure"}
-SETS = {"yishu": ["vars.ccmt_dir=/nonexistent/ccmt"]}  # a registration-only corpus, not read
+SUBSTANTIVE = ("faithful", "substituted")
 
 
-def fidelity_rows(name: str) -> list[list[str]]:
-    """The rows of the recipe's table in the "Fidelity to the papers" section."""
-    text = RESULTS.read_text(encoding="utf-8")
-    section = text.split("\n## Fidelity to the papers", 1)[1].split("\n## ", 1)[0]
-    block = section.split("\n" + HEADINGS[name], 1)[1].split("\n### ", 1)[0]
-    rows = []
-    for line in block.splitlines():
-        if not line.startswith("|") or set(line) <= set("|-: "):
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[0] != "technique":
-            rows.append(cells)
-    return rows
+def test_docs_results_holds_the_generated_tables() -> None:
+    text = fidelity.RESULTS.read_text(encoding="utf-8")
+    assert fidelity.splice(text, fidelity.render_all()) == text, (
+        "docs/results.md's fidelity tables are not the data's: "
+        "run .venv/bin/python -m tests.support.fidelity"
+    )
 
 
-@pytest.mark.parametrize("name", list(HEADINGS))
-def test_the_fidelity_table_names_every_step_kind_of_the_paper_profile(name: str) -> None:
-    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml", load_registry(), "paper",
-                         SETS.get(name, []))  # fmt: skip
-    kinds = {spec.kind for spec in recipe.steps.values()}
-    rows = fidelity_rows(name)
-    assert len(rows) >= 15, f"{name}: {len(rows)} rows"
-    for row in rows:
-        assert len(row) == 5, row
-        assert row[3] in STATUSES, f"{name}: status {row[3]!r} in {row}"
-        if row[3] in ("substituted", "missing"):
-            assert row[4], f"{name}: a {row[3]} row says why: {row}"
-    named = {m for row in rows for m in re.findall(r"`([a-z_0-9]+)`", row[2])}
+@pytest.mark.parametrize("name", fidelity.NAMES)
+def test_every_row_has_a_known_verdict_and_none_is_wrong(name: str) -> None:
+    table = fidelity.load_table(name)
+    assert len(table.rows) >= 15, f"{name}: {len(table.rows)} rows"
+    for row in table.rows:
+        assert row.verdict != "wrong", f"{name}: {row.technique!r} is marked wrong"
+        if row.verdict in ("substituted", "missing"):
+            assert row.reason.strip(), f"{name}: a {row.verdict} row says why: {row.technique}"
+        if row.recipe.startswith("none"):
+            assert not row.keys, f"{name}: {row.technique!r} builds nothing yet quotes settings"
+
+
+@pytest.mark.parametrize("name", fidelity.NAMES)
+def test_every_quoted_setting_is_the_paper_profiles(name: str) -> None:
+    table = fidelity.load_table(name)
+    settings = fidelity.settings_of(fidelity.paper_recipe(name))
+    problems = [
+        f"{row.technique}: {problem}"
+        for row in table.rows
+        for problem in fidelity.check_keys(settings, row.keys)
+    ]
+    assert not problems, f"{name}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("name", fidelity.NAMES)
+def test_the_table_names_every_step_kind_of_the_paper_profile(name: str) -> None:
+    kinds = {spec.kind for spec in fidelity.paper_recipe(name).steps.values()}
+    rows = fidelity.load_table(name).rows
+    named = {m for row in rows for m in re.findall(r"`([a-z_0-9]+)`", row.recipe)}
     assert kinds <= named, f"{name}: step kinds missing from the table: {sorted(kinds - named)}"
+
+
+SETTINGS = {
+    "steps": {
+        "spm_pt": {"vocab_size": 64000, "user_defined_symbols": ["<BT>"]},
+        "pretrain_a": {"max_update": 100000, "adam_eps": 1e-8},
+        "pretrain_b": {"max_update": 100000, "adam_eps": 1e-8},
+        "clean": {
+            "filters": [
+                {"name": "length", "unit": "char", "max_length": 500},
+                {"name": "length", "unit": "token", "max_length": 150},
+                "identical",
+            ]
+        },
+    },
+    "data": {"jesc": {"mtdata": "StanfordNLP-jesc_train-1-eng-jpn"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("keys", "problem"),
+    [
+        # the values as the recipe holds them, and as a row writes them (an int for a float)
+        ({"steps.spm_pt.vocab_size": 64000.0, "steps.spm_pt.user_defined_symbols": ["<BT>"]}, ""),
+        ({"steps.pretrain_*.max_update": 100000, "steps.pretrain_a.adam_eps": 1.0e-08}, ""),
+        ({"steps.clean.filters.length[unit=char].max_length": 500}, ""),
+        ({"steps.clean.filters.identical": None, "data.jesc.mtdata": None}, ""),
+        # a row that quotes another value than the recipe's is reported with both
+        ({"steps.spm_pt.vocab_size": 32000}, "the row says 32000, the recipe has 64000"),
+        # every match of a glob or a component name must hold it
+        ({"steps.clean.filters.length.max_length": 500}, "the recipe has 150"),
+        ({"steps.pretrain_*.max_update": 50000}, "the recipe has 100000"),
+        # a path that names nothing, even with `~`
+        ({"steps.spm_pt.vocab": None}, "steps.spm_pt.vocab: no such setting"),
+        ({"steps.clean.filters.length[unit=word].max_length": 500}, "no such setting"),
+        ({"steps.missing_*.lr": 0.001}, "no such setting"),
+    ],
+)
+def test_check_keys_reports_what_does_not_hold(keys: dict, problem: str) -> None:
+    problems = fidelity.check_keys(SETTINGS, keys)
+    assert (problem in problems[0]) if problem else not problems, problems
+
+
+def test_an_edited_row_of_a_real_table_is_reported() -> None:
+    table = fidelity.load_table("nt5")
+    settings = fidelity.settings_of(fidelity.paper_recipe("nt5"))
+    path, value = next(
+        (p, v)
+        for row in table.rows
+        for p, v in row.keys.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    )
+    assert not fidelity.check_keys(settings, {path: value})
+    assert fidelity.check_keys(settings, {path: value + 1}) == [
+        f"{path}: the row says {value + 1!r}, the recipe has {value!r}"
+    ]
+
+
+def test_the_header_counts_are_the_rows() -> None:
+    rows = [
+        Row(technique="a", paper="§1", recipe="`x`", verdict="faithful"),
+        Row(technique="b", paper="§2", recipe="`y`", verdict="substituted", reason="r"),
+        Row(technique="c", paper="§2", recipe="`z`", verdict="faithful", quote="q|r"),
+    ]
+    rendered = fidelity.render_table(Table(title="T", intro="Intro.", rows=rows))
+    assert (
+        "Intro. Of its 3 rows, 2 faithful, 1 substituted, 0 missing and 0 infrastructure."
+        in rendered
+    )
+    assert '| c | §2: "q\\|r" | `z` | faithful | |' in rendered
+    wrong = fidelity.counts([*rows, Row(technique="d", paper="§3", recipe="`w`", verdict="wrong")])
+    assert wrong.endswith("0 missing, 0 infrastructure and 1 wrong.")
+
+
+def test_a_stale_docs_section_is_replaced_between_the_markers() -> None:
+    text = f"intro\n{fidelity.BEGIN}\nold table\n{fidelity.END}\nafter\n"
+    assert (
+        fidelity.splice(text, "new\n")
+        == f"intro\n{fidelity.BEGIN}\n\nnew\n\n{fidelity.END}\nafter\n"
+    )
+    with pytest.raises(ValueError, match="markers"):
+        fidelity.splice("no markers", "new\n")
+
+
+@pytest.mark.parametrize("name", fidelity.NAMES)
+def test_settings_rows_carry_keys(name: str) -> None:
+    """Not every row names a setting, but most faithful or substituted rows do."""
+    rows = [r for r in fidelity.load_table(name).rows if r.verdict in SUBSTANTIVE]
+    keyed = sum(bool(r.keys) for r in rows)
+    assert keyed >= len(rows) // 2, f"{name}: {keyed} of {len(rows)} rows carry keys"
