@@ -1,6 +1,7 @@
 """The fidelity tables (issues 44, 69): rows kept as data in recipes/fidelity/<recipe>.yaml,
 docs/results.md's tables generated from them, every setting a row quotes read back from the
-recipe's paper profile, every step kind of the profile named by a row."""
+recipe's paper profile, every step kind of the profile named by a row, every quote found in its
+paper's text (../shared/seeds)."""
 
 from __future__ import annotations
 
@@ -142,3 +143,42 @@ def test_settings_rows_carry_keys(name: str) -> None:
     rows = [r for r in fidelity.load_table(name).rows if r.verdict in SUBSTANTIVE]
     keyed = sum(bool(r.keys) for r in rows)
     assert keyed >= len(rows) // 2, f"{name}: {keyed} of {len(rows)} rows carry keys"
+
+
+@pytest.mark.skipif(
+    not fidelity.SEEDS.is_dir(), reason="../shared/seeds (the papers' text) is absent"
+)
+@pytest.mark.parametrize("name", fidelity.NAMES)
+def test_every_quote_is_in_its_paper(name: str) -> None:
+    texts = fidelity.paper_texts(name)
+    assert len(texts) == len(fidelity.PAPERS[name]), f"{name}: seed files {fidelity.PAPERS[name]}"
+    rows = fidelity.load_table(name).rows
+    problems = fidelity.check_quotes(rows, texts)
+    assert not problems, f"{name}:\n" + "\n".join(problems)
+    quoted = sum(bool(row.quote) for row in rows)
+    assert quoted >= len(rows) * 3 // 4, f"{name}: {quoted} of {len(rows)} rows quote the paper"
+
+
+def test_flatten_joins_broken_lines_and_hyphenated_words() -> None:
+    text = "We set the vocab-\nulary size\n\nto 32,000;  a well-\nknown\tfix. Japanese-\n"
+    assert (
+        fidelity.flatten(text) == "We set the vocabulary size to 32,000; a wellknown fix. Japanese-"
+    )
+
+
+def test_a_quote_not_in_the_paper_is_reported_with_its_technique() -> None:
+    texts = [fidelity.flatten("We set the vocab-\nulary size to 32,000\nfor the initial model.")]
+    rows = [
+        Row(technique="a", paper="§3", quote="vocabulary size to 32,000 for", recipe="`x`",
+            verdict="faithful"),
+        Row(technique="b", paper="§3", quote="vocabulary size to 64,000", recipe="`y`",
+            verdict="faithful"),
+        Row(technique="c", paper="none", recipe="`z`", verdict="infrastructure"),
+        Row(technique="d", paper="§3", quote="Vocabulary size to 32,000", recipe="`w`",
+            verdict="faithful"),
+    ]  # fmt: skip
+    assert fidelity.check_quotes(rows, texts) == [
+        "b: quote not in the paper: 'vocabulary size to 64,000'",
+        "d: quote not in the paper: 'Vocabulary size to 32,000'",
+    ]
+    assert not fidelity.check_quotes(rows[:1], ["another paper", *texts])

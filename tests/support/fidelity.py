@@ -8,7 +8,10 @@ A key path is dot-separated from the resolved recipe (``steps.spm_pt.vocab_size`
 ``data.jparacrawl.mtdata``). A step's settings are its recipe entry over its validated config,
 so a default counts. In a mapping a segment may be a glob (``steps.pretrain_*.max_update``:
 every match must hold the value); in a list an index, ``*``, or a component's name with optional
-``[field=value,...]`` (``filters.length[unit=char].max_length``), every match again."""
+``[field=value,...]`` (``filters.length[unit=char].max_length``), every match again.
+
+A row's ``quote`` is a verbatim span of its paper's text in ../shared/seeds (``check_quotes``:
+whitespace collapsed, words broken by ``-`` and a line break joined)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ from mtcore.recipe.load import Recipe, load_recipe
 from tests.support import ROOT
 
 NAMES = ("nt5", "hwtsc", "yishu", "xiaomi")
+SEEDS = ROOT.parent / "shared" / "seeds"
+PAPERS = {"nt5": ("000", "001"), "yishu": ("002",), "xiaomi": ("003",), "hwtsc": ("004",)}
+"""Each recipe's paper as numbered seed files (two extractions of NT5: either may hold a quote)."""
 TABLES = ROOT / "recipes" / "fidelity"
 RESULTS = ROOT / "docs" / "results.md"
 BEGIN = (
@@ -183,6 +189,29 @@ def check_keys(settings: dict[str, Any], keys: dict[str, Any]) -> list[str]:
         if wrong:
             problems.append(f"{path}: the row says {quoted!r}, the recipe has {wrong[0]!r}")
     return problems
+
+
+def flatten(text: str) -> str:
+    """``text`` with words broken by ``-`` and a line break joined, whitespace runs as one space."""
+    return " ".join(re.sub(r"(\w)-\n(\w)", r"\1\2", text).split())
+
+
+def paper_texts(name: str, folder: Path = SEEDS) -> list[str]:
+    """The flattened seed texts of ``name``'s paper; [] where the folder lacks them."""
+    return [
+        flatten(path.read_text(encoding="utf-8"))
+        for number in PAPERS[name]
+        for path in sorted(folder.glob(f"{number}_*.txt"))
+    ]
+
+
+def check_quotes(rows: list[Row], texts: list[str]) -> list[str]:
+    """The techniques whose quote no text holds verbatim (after ``flatten``)."""
+    return [
+        f"{row.technique}: quote not in the paper: {row.quote!r}"
+        for row in rows
+        if row.quote and not any(flatten(row.quote) in text for text in texts)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
