@@ -1,14 +1,17 @@
 """Rule-based sentence splitting of a line of text (the ``segment`` step's rules).
 
-Chinese and Japanese: a sentence ends after a run of 。！？．!?, with the closing quotes and brackets that follow it (」』）)】〕》〉"”’'»]), unless a quotative
+Chinese and Japanese: a sentence ends after a run of 。！？．!?, with the closing quotes
+and brackets that follow it (」』）)】〕》〉"”’'»]), unless a quotative
 と or って, or a comma follows (「本当？」と聞いた。 is one sentence). Space-delimited
 languages: after a run of . ! ? (with the closing quotes and brackets after it), where
 whitespace and an upper-case letter or a digit (after any opening quotes) follow, unless
 the word before the period is a known abbreviation, a single letter (an initial), an acronym
-(U.S.) or a number of one or two digits (an ordinal). The abbreviations are Moses's
-nonbreaking-prefix lists' most frequent entries (split-sentences.perl), the same for every
+(U.S.) or a number of one or two digits (an ordinal). The abbreviations: a short list
+after Moses's nonbreaking-prefix files (split-sentences.perl), one for every
 Latin- and Cyrillic-script language here.
 """
+
+# ruff: noqa: RUF001, RUF002, RUF003 (full-width and Cyrillic punctuation and words are the rules here)
 
 from __future__ import annotations
 
@@ -23,13 +26,13 @@ _CJK_END = re.compile(rf"[。！？．!?]+[{re.escape(_CLOSE)}]*")
 _SPACE_END = re.compile(rf"([.!?]+)[{re.escape(_CLOSE)}]*(\s+)(?=\S)")
 _ACRONYM = re.compile(r"(?:\w\.)+\w")
 _OPENERS = "\"“‘'«([¿¡"
-ABBREVIATIONS = frozenset(
-    """mr mrs ms dr prof sr jr st mt ft no nos vs etc e.g i.e cf al fig figs vol vols ed eds
+_ABBREVIATION_WORDS = """
+    mr mrs ms dr prof sr jr st mt ft no nos vs etc e.g i.e cf al fig figs vol vols ed eds
     inc ltd co corp gen gov sen rep rev hon col lt sgt capt cmdr adm maj jan feb mar apr jun jul
     aug sep sept oct nov dec approx dept est min max op p pp para art ch sec sr mme mlle nr tel
     z.b bzw ggf usw evtl ca dgl inkl str gg br ul tj tzv atd apod mil mld npr sv itd g
-    т.е т.д т.п г гг др проф им ул д стр см тыс млн млрд""".split()
-)
+    т.е т.д т.п г гг др проф им ул д стр см тыс млн млрд"""
+ABBREVIATIONS = frozenset(_ABBREVIATION_WORDS.split())
 
 
 def split_cjk(line: str) -> list[str]:

@@ -8,6 +8,8 @@ A parallel corpus is refused: splitting its sides apart would misalign them. Str
 block of lines in memory.
 """
 
+# ruff: noqa: RUF002 (the full-width stops of the rules)
+
 from __future__ import annotations
 
 from typing import ClassVar

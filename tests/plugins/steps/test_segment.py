@@ -1,5 +1,7 @@
 """The ``segment`` step and its sentence rules, on real unsegmented lines of WMT test sets."""
 
+# ruff: noqa: RUF001, RUF002, RUF003 (full-width characters and Cyrillic words are the test data here)
+
 from __future__ import annotations
 
 from pathlib import Path
