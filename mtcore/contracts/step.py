@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -316,6 +316,14 @@ class Step(Plugin[ConfigT]):
         training says ``{"tokens": N}`` (target tokens it will see); by default nothing, and
         the step counts as a data step (:mod:`mtcore.costs`)."""
         return {}
+
+    def volume(self, lines_in: Mapping[str, float | None]) -> dict[str, float]:
+        """What the plan knows of this step's data before anything runs, from the lines of
+        its inputs by role (None: not known): ``lines``, those of its default output (by
+        default its first ``streams`` role's, kept one for one); a step that decodes with a
+        model adds ``decode_lines``. Estimates for the cost model; empty when not known."""
+        known = lines_in.get(self.streams[0]) if self.streams else None
+        return {} if known is None else {"lines": known}
 
     def live(self, work: Path) -> str:
         """One short line of how far a running step is, read from what it has written in

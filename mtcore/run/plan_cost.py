@@ -12,7 +12,14 @@ from mtcore.contracts.resources import Resources, parse_slots
 from mtcore.recipe.plan import PlannedStep
 from mtcore.run.driver import check_fit, step_needs
 from mtcore.run.scaling import Scaling
-from mtcore.run.schedule import CostModel, duration, fitted, simulate
+from mtcore.run.schedule import (
+    CPU_DECODE_LINES_PER_SECOND,
+    GPU_DECODE_LINES_PER_SECOND,
+    CostModel,
+    duration,
+    fitted,
+    simulate,
+)
 from mtcore.run.widths import lower_bound, mold
 
 if TYPE_CHECKING:
@@ -62,6 +69,7 @@ def print_schedule(
         f"{model.cpu_tps:,.0f} on CPU; other steps {model.data_seconds:g} s; measured "
         f"seconds for {len(model.measured)} steps of the workdir"
     )
+    _echo_translations(model)
     click.echo(f"  critical path: {duration(result.critical_path)}")
     click.echo(
         f"  all steps one after another (at their lowest width): "
@@ -95,4 +103,16 @@ def print_schedule(
         click.echo(
             f"    {planned.id}: {duration(cost[planned.id])} on {need.describe()}{chosen}, "
             f"starts at {duration(result.starts.get(planned.id, 0.0))}"
+        )
+
+
+def _echo_translations(model: CostModel) -> None:
+    """The translations costed by their source lines (not measured), marked as estimates."""
+    decoded = {step: n for step, n in model.decode_lines.items() if step not in model.measured}
+    if decoded:
+        click.echo(
+            f"  translations (estimated): {len(decoded)} steps decode {sum(decoded.values()):,.0f}"
+            f" source lines known from the plan at {GPU_DECODE_LINES_PER_SECOND:g} lines/s per "
+            f"H200 (scaled by the GPU's training figure) or {CPU_DECODE_LINES_PER_SECOND:g} per "
+            "CPU thread"
         )

@@ -4,7 +4,9 @@
 A step's cost is its measured seconds where the workdir has them (its own manifest, or that of
 an earlier run of the same step id with other settings), else an estimate: a training's
 target tokens (:meth:`mtcore.contracts.step.Step.work`) over a tokens-per-second figure for where it
-runs, any other step a fixed figure. Ready steps start longest remaining path first: the
+runs, a translation's source lines, where the plan knows them (:func:`plan_volumes`: a sample's
+size carried through the steps that keep lines one for one), over a decoding rate, any other
+step a fixed figure. Ready steps start longest remaining path first: the
 step's cost plus the costliest chain of steps that wait for it.
 """
 
@@ -29,6 +31,13 @@ GPU_TOKENS_PER_SECOND = {"h200": 130_000.0, "h100": 117_000.0, "a100": 41_000.0,
 # profile's init_enja trains 1,400 updates of 2,048 tokens in about 100 s (docs/results.md).
 CPU_TOKENS_PER_SECOND = 28_000.0
 DATA_STEP_SECONDS = 5.0
+# Decoding, for a step that declares the source lines it translates (Step.volume's
+# decode_lines): docs/results.md "On one GPU", fairseq's beam search (beam 5, fp16) on the
+# H200, 330.9 sentences/s of 30 source and 40 output tokens; other GPUs scaled as training is.
+# One CPU thread: docs/scale.md "Measured overhead", 21 sentences/s per core (a tiny model,
+# beam 5, scaled to reference length). Estimates of a vanilla Transformer-big's speed.
+GPU_DECODE_LINES_PER_SECOND = 330.0
+CPU_DECODE_LINES_PER_SECOND = 21.0
 
 
 @dataclass
@@ -40,6 +49,7 @@ class CostModel:
     cpu_tps: float = CPU_TOKENS_PER_SECOND
     data_seconds: float = DATA_STEP_SECONDS
     measured: dict[str, float] = field(default_factory=dict)  # step id -> seconds
+    decode_lines: dict[str, float] = field(default_factory=dict)  # step id -> source lines
 
     @classmethod
     def from_workdir(
@@ -48,6 +58,11 @@ class CostModel:
         """Measured seconds of the plan's steps from the workdir's manifests: the step's own
         hash first, else the newest manifest of the same step id."""
         model = cls(gpu_tps=gpu_tps)
+        model.decode_lines = {
+            step: found["decode_lines"]
+            for step, found in plan_volumes(plan).items()
+            if "decode_lines" in found
+        }
         steps = workdir / "steps"
         for planned in plan:
             own = step_dir(workdir, planned) / MANIFEST
@@ -73,7 +88,29 @@ class CostModel:
             if resources.gpus:
                 return tokens / (self.gpu_tps * resources.gpus)
             return tokens / self.cpu_tps
+        lines = self.decode_lines.get(planned.id)
+        if lines:
+            if resources.gpus:
+                rate = GPU_DECODE_LINES_PER_SECOND * self.gpu_tps / GPU_TOKENS_PER_SECOND["h200"]
+                return lines / (rate * resources.gpus)
+            return lines / (CPU_DECODE_LINES_PER_SECOND * max(1, resources.cpus))
         return self.data_seconds
+
+
+def plan_volumes(plan: list[PlannedStep]) -> dict[str, dict[str, float]]:
+    """Each step's :meth:`~mtcore.contracts.step.Step.volume`, in plan order, from the lines
+    its inputs' default outputs are known to hold (a reference to another output: not known)."""
+    by_id = {p.id: p for p in plan}
+    found: dict[str, dict[str, float]] = {}
+    for planned in plan:
+        lines_in: dict[str, float | None] = {}
+        for role, ref in planned.spec.inputs.items():
+            step, _, output = ref.partition(".")
+            source = by_id.get(step)
+            default = source is not None and output in ("", source.spec.plugin.outputs[0])
+            lines_in[role] = found.get(step, {}).get("lines") if default else None
+        found[planned.id] = planned.spec.plugin.volume(lines_in)
+    return found
 
 
 def dependents(plan: list[PlannedStep]) -> dict[str, list[str]]:

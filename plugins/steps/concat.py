@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from pydantic import Field
@@ -23,6 +24,13 @@ class ConcatStep(Step[ConcatConfig]):
     name = "concat"
     inputs: ClassVar[dict[str, bool]] = {"*": True}
     outputs: ClassVar[tuple[str, ...]] = ("corpus",)
+
+    def volume(self, lines_in: Mapping[str, float | None]) -> dict[str, float]:
+        """The sum of its inputs' lines, when every one is known."""
+        known = list(lines_in.values())
+        if not known or any(n is None for n in known):
+            return {}
+        return {"lines": float(sum(n for n in known if n is not None))}
 
     def run(self, ctx: StepContext) -> None:
         corpora = {role: Corpus.open(artifact.path) for role, artifact in ctx.inputs.items()}

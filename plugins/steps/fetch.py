@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -51,6 +52,10 @@ class FetchStep(Step[FetchConfig]):
 
     def plugins_used(self) -> list[tuple[str, str]]:
         return [("sources", self.config.source)]
+
+    def volume(self, lines_in: Mapping[str, float | None]) -> dict[str, float]:
+        """With ``max_pairs``, at most that many (the source's size is not known before)."""
+        return {} if self.config.max_pairs is None else {"lines": float(self.config.max_pairs)}
 
     def identity(self, registry: Registry) -> dict[str, Any]:
         """The step's settings with its source's, as the source's ``Config`` hashes them

@@ -21,7 +21,7 @@ model, the target language's token as the prefix.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -87,6 +87,11 @@ class TranslateStep(Step[TranslateConfig]):
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest")
     streams: ClassVar[tuple[str, ...]] = ("corpus",)
     export_formats: ClassVar[tuple[str, ...]] = ("ctranslate2", "huggingface")
+
+    def volume(self, lines_in: Mapping[str, float | None]) -> dict[str, float]:
+        """One output line a source line, each decoded with the models."""
+        known = lines_in.get("corpus")
+        return {} if known is None else {"lines": known, "decode_lines": known}
 
     def export_model(
         self, inputs: dict[str, Artifact], fmt: str, out: Path, quantization: str, registry: Any

@@ -128,8 +128,9 @@ def _seconds(text: str) -> float:
 
 @pytest.mark.parametrize("name", ["nt5", "yishu", "xiaomi", "hwtsc"])
 def test_paper_graphs_on_64_gpus_plan_within_their_bound(name, tmp_path):
-    """Issue 67's targets: each paper graph on 64 H100s within 1.25x of its lower bound, NT5
-    in at most four days (it planned 16 d 11 h with one GPU a training)."""
+    """Issue 67's target: each paper graph on 64 H100s within 1.25x of its lower bound. Its
+    other target, NT5 in at most four days, was planned with back-translation at 5 s: at
+    §3.2's 1.4B English sentences on one GPU (issue 69), that translation alone is longer."""
     extra = []
     if name == "yishu":  # its CCMT corpus is registered for: empty files suffice to plan
         ccmt = tmp_path / "ccmt"
@@ -146,8 +147,10 @@ def test_paper_graphs_on_64_gpus_plan_within_their_bound(name, tmp_path):
     assert makespan and ratio, result.output
     assert float(ratio.group(1)) <= 1.25, result.output
     assert "chosen by CPA and MCPA" in result.output
-    if name == "nt5":
-        assert _seconds(makespan.group(1)) <= 4 * 86400, result.output
+    if name == "nt5":  # 1.4B lines at the H100's decoding estimate, 297 lines/s
+        bt = re.search(r"bt_hyp_jaen: ([^\n]+?) on cpu=\d+,gpu=1,", result.output)
+        assert bt and _seconds(bt.group(1)) == pytest.approx(1.4e9 / 297, rel=0.01)
+        assert _seconds(makespan.group(1)) >= _seconds(bt.group(1))
 
 
 def _needs(settings: dict[str, Any], spec: dict[str, Any]) -> Resources:
