@@ -34,7 +34,7 @@ def _longest(
 
 def sharded(planned: PlannedStep) -> bool:
     """A step of independent shards (``Step.widens_by_shards``): it scales as such."""
-    return type(planned.spec.plugin).widens_by_shards
+    return bool(getattr(type(planned.spec.plugin), "widens_by_shards", False))
 
 
 def step_widths(
