@@ -79,7 +79,9 @@ _WHERE: dict[str, str] = {
     "tail": "mtcore.exec.process",
     "current_task": "mtcore.exec.ranks",
     "publish_ranks": "mtcore.exec.ranks",
+    "rank_exits": "mtcore.exec.ranks",
     "AppendLog": "mtcore.exec.shards",
+    "shard_saved": "mtcore.exec.shards",
     "worker_forget": "mtcore.exec.shards",
     "conversions_home": "mtcore.recipe.hashing",
     "hash_file": "mtcore.recipe.hashing",
@@ -229,9 +231,11 @@ if TYPE_CHECKING:
     from mtcore.exec.ranks import (
         current_task as current_task,
         publish_ranks as publish_ranks,
+        rank_exits as rank_exits,
     )
     from mtcore.exec.shards import (
         AppendLog as AppendLog,
+        shard_saved as shard_saved,
         worker_forget as worker_forget,
     )
     from mtcore.recipe.hashing import (

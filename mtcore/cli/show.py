@@ -39,9 +39,10 @@ from mtcore.run.schedule import GPU_TOKENS_PER_SECOND as GPU_KINDS
 @click.option(
     "--scaling",
     default=None,
-    metavar="node=E,cluster=E,gpus_per_node=N",
+    metavar="node=E,cluster=E,shards=E,gpus_per_node=N",
     help="Data-parallel efficiency per doubling of a training's GPUs within a node and across "
-    "nodes, and GPUs a node (with --slots; default node=0.97,cluster=0.95,gpus_per_node=8).",
+    "nodes, of a sharded step's (a translation's) GPUs, and GPUs a node (with --slots; default "
+    "node=0.97,cluster=0.95,shards=1,gpus_per_node=8).",
 )
 def plan(
     recipe: Path,

@@ -15,7 +15,9 @@ A training may be given a width: ``gpus: 8`` (one torch.distributed rank a GPU, 
 over two machines, or a range (``gpus: 1-16``) from which ``mtcore plan`` and the scheduler choose
 the width that shortens the whole graph (:func:`mtcore.run.widths.choose_widths`). A training
 whose recipe states its batch as tokens per update (``batch_tokens``) computes the same updates at
-any width; its ``update_freq`` follows from the width.
+any width; its ``update_freq`` follows from the width. A step that widens by independent shards
+(:attr:`mtcore.contracts.step.Step.widens_by_shards`: a translation) takes a width the same way,
+each rank translating its share of the shards.
 
 Resources say where and beside what a step runs, never what it computes: they are part of no
 step's hash.
@@ -114,7 +116,7 @@ class Resources:
     ranks: int = 1  # torch.distributed processes: one a GPU where gpus, else CPU (gloo) ones
     nodes: int = 1  # machines the ranks spread over, evenly
     gpus_max: int = 0  # the top of a range (gpus: 1-16) the planner chooses in; 0: fixed
-    distributed: bool = False  # runs as ranks of torch.distributed (a training): a rank a GPU
+    distributed: bool = False  # runs as ranks, a rank a GPU (a training, a sharded translation)
     cpus_min: int = 0  # a step of executor tasks: given any multiple of this up to cpus; 0: fixed
 
     @property

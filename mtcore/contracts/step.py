@@ -142,8 +142,8 @@ class StepContext:
     """Where bars go when a display shows several running steps (:mod:`mtcore.report.display`):
     called with (step id, total, description), it returns the bar."""
     ranks: int = 1
-    """The torch.distributed ranks the scheduler gave this run of the step (its width: a
-    training's GPUs, or its gloo processes on CPU); not part of the step's identity."""
+    """The ranks the scheduler gave this run of the step (its width: a training's GPUs or gloo
+    processes on CPU, a sharded step's workers); not part of the step's identity."""
     nodes: int = 1
     """The machines those ranks spread over."""
 
@@ -215,6 +215,10 @@ class Step(Plugin[ConfigT]):
     does not depend on how many run at once. On the local scheduler such a step holds its
     threads times the executor's workers, and may be given fewer: it then runs as many tasks
     side by side as it holds CPUs for (:meth:`mtcore.contracts.kinds.Executor.narrowed`)."""
+    widens_by_shards: ClassVar[bool] = False
+    """Runs at any width the scheduler gives it (``ctx.ranks``, a GPU range): its work is
+    independent shards, each rank taking every ``ranks``-th one into one shard store, so its
+    output does not depend on the width and its time falls as one over the width."""
     fetches: ClassVar[bool] = False
     """Turns one of a recipe's ``data`` entries into a corpus: the recipe builds a step of the
     one installed kind that says so for each entry (settings ``source``, ``config``, and any of

@@ -15,7 +15,9 @@ and the leader's step, once it knows its command, publishes it (:func:`publish_r
 rendezvous address: its own node, a free port. Each follower (:func:`follow`) waits for it, runs
 the same command as its rank and exits with its status. torch.distributed's ``env://``
 rendezvous (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``) then joins them: NCCL on
-GPUs, gloo on CPUs.
+GPUs, gloo on CPUs. A step whose ranks do not meet (independent shards) reads ``RANK`` and
+``WORLD_SIZE`` only; its leader learns of a follower's end from the exit status each follower
+records (:func:`rank_exits`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class Task:
     @property
     def published(self) -> Path:
         return self.folder / f"ranks-{self.token}.json"
+
+    def exit_record(self, rank: int) -> Path:
+        """Where :func:`follow` records the exit status of rank ``rank``'s command."""
+        return self.folder / f"ranks-{self.token}.rank{rank}.exit"
 
 
 def current_task() -> Task | None:
@@ -137,7 +143,20 @@ def follow(task: Task, log: Path, timeout: float = 7 * 86400.0, poll: float = 0.
         done = subprocess.run(
             document["cmd"], env=env, cwd=document["cwd"], stdout=out, stderr=subprocess.STDOUT
         )
+    task.exit_record(task.rank).write_text(f"{done.returncode}\n{log}\n", encoding="utf-8")
     return done.returncode
+
+
+def rank_exits(task: Task) -> dict[int, tuple[int, str]]:
+    """The followers whose command has ended, so far: rank to (exit status, its log)."""
+    out = {}
+    for rank in range(1, task.world):
+        try:
+            code, log = task.exit_record(rank).read_text(encoding="utf-8").splitlines()[:2]
+            out[rank] = (int(code), log)
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def _ended(state: Path) -> bool:

@@ -44,11 +44,14 @@ def map_shards(
     make_task: Callable[[T], Any],
     store: Path | None,
     skip: int = 0,
+    part: tuple[int, int] = (0, 1),
 ) -> Iterator[tuple[T, R]]:
     """Yields ``(shard, fn(make_task(shard)))`` in order, reusing results saved in ``store``.
     ``store`` None: results are not saved (the caller keeps its own resume state, as
     :class:`AppendLog` does); the first ``skip`` shards are read past, neither run nor
-    yielded."""
+    yielded. ``part`` ``(rank, ranks)``: only the shards whose number is ``rank`` modulo
+    ``ranks`` (one rank's share of a store that several fill side by side)."""
+    rank, ranks = part
     if store is not None:
         store.mkdir(parents=True, exist_ok=True)
     # Shards read but not yet yielded, saved or submitted, in order. Popped as they are yielded,
@@ -60,7 +63,7 @@ def map_shards(
 
     def tasks() -> Iterator[Any]:
         for number, shard in enumerate(shards):
-            if number < skip:
+            if number < skip or number % ranks != rank:
                 continue
             order.append((number, shard))
             if store is None or not _intact(_path(store, number)):
@@ -141,6 +144,11 @@ _END = object()
 def _with_sentinel(results: Iterator[Any]) -> Iterator[Any]:
     yield from results
     yield _END
+
+
+def shard_saved(store: Path, number: int) -> bool:
+    """Whether ``store`` holds a saved result of shard ``number`` (of :func:`map_shards`)."""
+    return _path(store, number).exists()
 
 
 def _path(store: Path, number: int) -> Path:

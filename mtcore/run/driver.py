@@ -88,12 +88,12 @@ def step_needs(runner: Runner, planned: PlannedStep) -> Resources:
     declared = planned.spec.plugin.resources()
     need = step_resources(declared, planned.id, planned.spec.kind, table)
     widened = need.ranks != declared.ranks or need.moldable or need.nodes > 1
-    if widened and "batches" not in planned.spec.plugin.work():
+    if widened and not widens(planned):
         what = "a GPU range" if need.moldable else f"{need.ranks} ranks on {need.nodes} node(s)"
         hint = (
             "state its batch as batch_tokens (tokens per update) so that it runs at any width"
             if declared.distributed
-            else "only a training runs as several ranks"
+            else "only a training or a step that widens by shards runs as several ranks"
         )
         raise RecipeError(
             [f"resources.{planned.id}: gives {what}, but step {planned.id!r} runs at the width "
@@ -101,6 +101,13 @@ def step_needs(runner: Runner, planned: PlannedStep) -> Resources:
             "resources",
         )  # fmt: skip
     return need
+
+
+def widens(planned: PlannedStep) -> bool:
+    """Whether the step runs at any width: a training that shares the batches of an update
+    (``work()``'s ``batches``), or a step of independent shards (``Step.widens_by_shards``)."""
+    plugin = planned.spec.plugin
+    return type(plugin).widens_by_shards or "batches" in plugin.work()
 
 
 def with_tasks(runner: Runner, planned: PlannedStep, need: Resources, workers: int) -> Resources:
@@ -112,7 +119,8 @@ def with_tasks(runner: Runner, planned: PlannedStep, need: Resources, workers: i
         spec is not None and spec.cpus is not None
         for spec in (table.get(k) for k in ("default", planned.spec.kind, planned.id))
     )
-    if fixed or workers < 2 or need.distributed or not type(planned.spec.plugin).parallel:
+    wide = need.ranks > 1 or need.moldable  # its ranks, not the executor, spread its work
+    if fixed or workers < 2 or wide or not type(planned.spec.plugin).parallel:
         return need
     return replace(need, cpus=need.cpus * workers, cpus_min=need.cpus)
 

@@ -34,7 +34,7 @@ def print_schedule(
     kind: str,
     scaling: Scaling | None = None,
 ) -> None:
-    """Prints the makespan of the list schedule on ``slots``, moldable trainings at the widths
+    """Prints the makespan of the list schedule on ``slots``, moldable steps at the widths
     :func:`mtcore.run.widths.choose_widths` picks, beside a lower bound on any schedule's."""
     scaling = scaling or Scaling()
     caps = parse_slots(slots)
@@ -44,7 +44,7 @@ def print_schedule(
     asked = {p.id: step_needs(runner, p) for p in plan}
     check_fit(asked, capacity, capacity, f"--slots {slots}")
     model = CostModel.from_workdir(runner.workdir, plan, gpu_tps=tps)
-    # a moldable training's seconds on one GPU; any other step's at what it asks
+    # a moldable step's seconds on one GPU; any other step's at what it asks
     cost_at_1 = {
         p.id: 0.0
         if cached
@@ -84,9 +84,10 @@ def print_schedule(
     moldable = [p for p in plan if asked[p.id].moldable]
     if moldable and capacity.gpus:
         click.echo(
-            f"  widths: {len(moldable)} trainings with a GPU range, chosen by CPA and MCPA "
+            f"  widths: {len(moldable)} steps with a GPU range, chosen by CPA and MCPA "
             f"(scaling per doubling {scaling.node:g} within a node, {scaling.cluster:g} "
-            f"across nodes of {scaling.gpus_per_node} GPUs)"
+            f"across nodes of {scaling.gpus_per_node} GPUs, {scaling.shards:g} for a step of "
+            "independent shards)"
         )
     ratio = f" (makespan / bound {result.makespan / bound.seconds:.2f})" if bound.seconds else ""
     click.echo(

@@ -1,4 +1,5 @@
-"""How a data-parallel training's time falls with its width, and the widths it may run at."""
+"""How a moldable step's time falls with its width (a data-parallel training, a step of
+independent shards), and the widths it may run at."""
 
 from __future__ import annotations
 
@@ -23,26 +24,32 @@ from mtcore.contracts.resources import Resources
 NODE_EFFICIENCY = 0.97
 CLUSTER_EFFICIENCY = 0.95
 GPUS_PER_NODE = 8
+# A step of independent shards (a translation, Step.widens_by_shards) exchanges nothing between
+# its ranks: each loads the models once (tens of seconds against the hours of a paper volume)
+# and decodes its share, so its time at w GPUs is its time on one over w (1.0 a doubling).
+SHARD_EFFICIENCY = 1.0
 
 
 @dataclass(frozen=True)
 class Scaling:
-    """How a data-parallel training's time falls with its width: ``node`` is the efficiency of
-    one doubling of GPUs within a machine, ``cluster`` of one doubling across machines (of
-    ``gpus_per_node`` GPUs each)."""
+    """How a moldable step's time falls with its width: ``node`` is the efficiency of one
+    doubling of a training's GPUs within a machine, ``cluster`` of one doubling across machines
+    (of ``gpus_per_node`` GPUs each), ``shards`` of one doubling of a step of independent
+    shards."""
 
     node: float = NODE_EFFICIENCY
     cluster: float = CLUSTER_EFFICIENCY
     gpus_per_node: int = GPUS_PER_NODE
+    shards: float = SHARD_EFFICIENCY
 
     @classmethod
     def parse(cls, text: str) -> Scaling:
-        """``node=0.95,cluster=0.9,gpus_per_node=8`` (any may be left out)."""
+        """``node=0.95,cluster=0.9,shards=1,gpus_per_node=8`` (any may be left out)."""
         values: dict[str, Any] = {}
         for part in text.split(","):
             key, sep, value = part.strip().partition("=")
             try:
-                if key in ("node", "cluster") and sep and 0 < float(value) <= 1:
+                if key in ("node", "cluster", "shards") and sep and 0 < float(value) <= 1:
                     values[key] = float(value)
                     continue
                 if key == "gpus_per_node" and sep and int(value) >= 1:
@@ -51,35 +58,43 @@ class Scaling:
             except ValueError:
                 pass
             raise MtcoreError(
-                f"--scaling {text!r}: {part.strip()!r} is not node=E, cluster=E (0 < E <= 1) "
-                "or gpus_per_node=N (e.g. --scaling node=0.95,cluster=0.9)"
+                f"--scaling {text!r}: {part.strip()!r} is not node=E, cluster=E, shards=E "
+                "(0 < E <= 1) or gpus_per_node=N (e.g. --scaling node=0.95,cluster=0.9)"
             )
         return cls(**values)
 
-    def efficiency(self, width: int) -> float:
-        """Speed at ``width`` GPUs over ``width`` times the speed at one."""
+    def efficiency(self, width: int, sharded: bool = False) -> float:
+        """Speed at ``width`` GPUs over ``width`` times the speed at one; ``sharded``: of a
+        step of independent shards (``shards`` a doubling, wherever the GPUs are)."""
+        if sharded:
+            return float(self.shards ** math.log2(max(1, width)))
         inside = min(width, self.gpus_per_node)
         across = max(1.0, width / self.gpus_per_node)
         return float(self.node ** math.log2(inside) * self.cluster ** math.log2(across))
 
-    def seconds(self, seconds_at_1: float, width: int) -> float:
-        """A training's seconds at ``width`` GPUs from its seconds on one."""
-        return seconds_at_1 / (width * self.efficiency(width))
+    def seconds(self, seconds_at_1: float, width: int, sharded: bool = False) -> float:
+        """A moldable step's seconds at ``width`` GPUs from its seconds on one."""
+        return seconds_at_1 / (width * self.efficiency(width, sharded))
 
 
 def valid_widths(
-    need: Resources, batches: float | None, capacity_gpus: int, scaling: Scaling
+    need: Resources,
+    batches: float | None,
+    capacity_gpus: int,
+    scaling: Scaling,
+    sharded: bool = False,
 ) -> list[int]:
-    """The widths a moldable training may run at, narrowest first: within its range and the
-    GPUs there are, dividing its batches of an update (each rank accumulates the same number),
-    and across machines only whole machines. A training without ``batches`` (no
-    ``batch_tokens``) or with a fixed width has only its own."""
-    if not need.moldable or not batches:
+    """The widths a moldable step may run at, narrowest first: within its range and the GPUs
+    there are, for a training dividing its batches of an update (each rank accumulates the same
+    number), and across machines only whole machines. A training without ``batches`` (no
+    ``batch_tokens``) or a step with a fixed width has only its own; a ``sharded`` step (of
+    independent shards) any."""
+    if not need.moldable or not (batches or sharded):
         return [need.gpus]
     per_node = scaling.gpus_per_node
     out = [
         w
         for w in range(need.gpus, min(need.gpus_max, capacity_gpus) + 1)
-        if int(batches) % w == 0 and (w <= per_node or w % per_node == 0)
+        if (sharded or int(batches or 1) % w == 0) and (w <= per_node or w % per_node == 0)
     ]
     return out or [need.gpus]

@@ -1,6 +1,6 @@
-"""The widths of moldable trainings: a search over the valid widths (:mod:`mtcore.run.scaling`)
-whose candidates the list schedule (:func:`mtcore.run.schedule.simulate`) judges, and a lower
-bound on any schedule's makespan."""
+"""The widths of moldable steps (trainings, steps of independent shards): a search over the
+valid widths (:mod:`mtcore.run.scaling`) whose candidates the list schedule
+(:func:`mtcore.run.schedule.simulate`) judges, and a lower bound on any schedule's makespan."""
 
 from __future__ import annotations
 
@@ -30,6 +30,19 @@ def _longest(
     for planned in plan:
         top[planned.id] = max((top[d] + cost[d] for d in planned.deps if d in top), default=0.0)
     return max(bottom.values(), default=0.0), top, bottom
+
+
+def sharded(planned: PlannedStep) -> bool:
+    """A step of independent shards (``Step.widens_by_shards``): it scales as such."""
+    return bool(getattr(type(planned.spec.plugin), "widens_by_shards", False))
+
+
+def step_widths(
+    planned: PlannedStep, need: Resources, capacity_gpus: int, scaling: Scaling
+) -> list[int]:
+    """The widths the step may run at (:func:`~mtcore.run.scaling.valid_widths`)."""
+    batches = planned.spec.plugin.work().get("batches")
+    return valid_widths(need, batches, capacity_gpus, scaling, sharded(planned))
 
 
 @dataclass
@@ -72,9 +85,7 @@ def mold(
     best = search.refine()
     best, caps = search.level_caps(best)
     best = search.descend(best, caps)
-    return _widen_late_chain(
-        plan, search.choices, needs, capacity, search.scaling, cost_at_1, best.out, best.cost
-    )
+    return _widen_late_chain(search, best.out, best.cost)
 
 
 _Class = tuple[int, float, float]  # precedence level, seconds on one GPU, batches of an update
@@ -105,6 +116,7 @@ class _Search:
     children: dict[str, list[str]]
     choices: dict[str, list[int]]
     depth: dict[str, int]  # the moldable trainings on a step's longest chain before it
+    shards: set[str]  # the moldable steps of independent shards
     level: dict[str, int] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
     klass: dict[str, _Class] = field(default_factory=dict)  # each moldable training's class
@@ -123,15 +135,17 @@ class _Search:
         for planned in plan:
             need = needs[planned.id]
             if need.moldable and capacity.gpus:
-                batches = planned.spec.plugin.work().get("batches")
-                widths = valid_widths(need, batches, capacity.gpus, scaling)
+                widths = step_widths(planned, need, capacity.gpus, scaling)
                 if len(widths) > 1:
                     choices[planned.id] = widths
         depth: dict[str, int] = {}
         for planned in plan:
             before = max((depth[d] + (d in choices) for d in planned.deps if d in depth), default=0)
             depth[planned.id] = before
-        search = cls(plan, cost_at_1, needs, capacity, scaling, dependents(plan), choices, depth)
+        shards = {p.id for p in plan if p.id in choices and sharded(p)}
+        search = cls(
+            plan, cost_at_1, needs, capacity, scaling, dependents(plan), choices, depth, shards
+        )
         search.level = {step_id: 0 for step_id in choices}
         search.cost = {p.id: search.seconds(p.id) for p in plan}
         search.klass = search.classes()
@@ -139,9 +153,12 @@ class _Search:
 
     def seconds(self, step_id: str) -> float:
         if step_id in self.choices:
-            width = self.choices[step_id][self.level[step_id]]
-            return self.scaling.seconds(self.cost_at_1[step_id], width)
+            return self.at(step_id, self.choices[step_id][self.level[step_id]])
         return self.cost_at_1[step_id]
+
+    def at(self, step_id: str, width: int) -> float:
+        """A moldable step's seconds at ``width``."""
+        return self.scaling.seconds(self.cost_at_1[step_id], width, step_id in self.shards)
 
     def gpus(self, step_id: str) -> int:
         if step_id in self.choices:
@@ -173,7 +190,7 @@ class _Search:
             if top[step_id] + bottom[step_id] < critical * (1 - 1e-9):
                 continue  # not on a critical path
             width = self.choices[step_id][self.level[step_id] + 1]
-            wider = self.scaling.seconds(self.cost_at_1[step_id], width)
+            wider = self.at(step_id, width)
             if self.cost[step_id] - wider > gain:
                 best, gain = step_id, self.cost[step_id] - wider
         return critical, best
@@ -287,21 +304,14 @@ class _Search:
         return best
 
 
-def _widen_late_chain(
-    plan: list[PlannedStep],
-    choices: dict[str, list[int]],
-    needs: dict[str, Resources],
-    capacity: Resources,
-    scaling: Scaling,
-    cost_at_1: dict[str, float],
-    out: dict[str, Resources],
-    cost: dict[str, float],
-) -> Widths:
+def _widen_late_chain(search: _Search, out: dict[str, Resources], cost: dict[str, float]) -> Widths:
     """A last pass on the schedule itself: the chain of steps that ends last in the simulated
     schedule (each step's dependency that finished last before it started), its moldable
     trainings widened one valid width at a time, the one that shortens the schedule most
     kept, while one does (at most ``CHAIN_ROUNDS``). The static critical path (above) is not
     the schedule's: where the GPUs are busy a step waits for them, not for its inputs."""
+    plan, choices, needs, capacity = search.plan, search.choices, search.needs, search.capacity
+    cost_at_1 = search.cost_at_1
     by_id = {p.id: p for p in plan}
     out, cost = dict(out), dict(cost)
     result = simulate(plan, cost, out, capacity)
@@ -334,8 +344,8 @@ def _widen_late_chain(
             for group in ([candidate], twins) if len(twins) > 1 else ([candidate],):
                 trial_out, trial_cost = dict(out), dict(cost)
                 for t in group:
-                    trial_out[t] = needs[t].at_width(wider[0], scaling.gpus_per_node)
-                    trial_cost[t] = scaling.seconds(cost_at_1[t], wider[0])
+                    trial_out[t] = needs[t].at_width(wider[0], search.scaling.gpus_per_node)
+                    trial_cost[t] = search.at(t, wider[0])
                 span = simulate(plan, trial_cost, trial_out, capacity).makespan
                 if span < result.makespan * (1 - 1e-9) and (best is None or span < best[0]):
                     best = (span, trial_out, trial_cost)
@@ -374,11 +384,10 @@ def lower_bound(
     for planned in plan:
         need, seconds = needs[planned.id], cost_at_1[planned.id]
         if need.moldable and capacity.gpus:
-            batches = planned.spec.plugin.work().get("batches")
-            widths = valid_widths(need, batches, capacity.gpus, scaling)
-            low = widths[0]
-            area += scaling.seconds(seconds, low) * low
-            widest[planned.id] = scaling.seconds(seconds, widths[-1])
+            widths = step_widths(planned, need, capacity.gpus, scaling)
+            low, shards = widths[0], sharded(planned)
+            area += scaling.seconds(seconds, low, shards) * low
+            widest[planned.id] = scaling.seconds(seconds, widths[-1], shards)
         else:
             area += seconds * need.gpus
             widest[planned.id] = seconds

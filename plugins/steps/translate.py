@@ -5,7 +5,10 @@ their output put back in reading order.
 
 The corpus is cut into shards of ``chunk_lines`` lines translated on the executor's workers
 (each loads the models once); a shard's result is saved as soon as it is done, so a killed run
-resumes without translating finished shards again.
+resumes without translating finished shards again. Given a width (``resources:``, ``gpus: 8``
+or a range the planner chooses in), the step runs as that many ranks, each translating every
+N-th shard on a GPU of its own (:mod:`~mtcore_plugins.steps._translate_ranks`): the same shards,
+assembled in the same order, so the same bytes at any width.
 
 ``backend`` picks the decoder: fairseq (the default), or CTranslate2 on the checkpoint
 converted once (:mod:`~mtcore_plugins.common.ct2.convert`), with ``compute_type`` such as int8;
@@ -21,7 +24,7 @@ model, the target language's token as the prefix.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,42 +33,33 @@ from mtcore.api import (
     Corpus,
     CorpusWriter,
     DataError,
-    Stats,
     Step,
     StepContext,
     StepError,
     map_shards,
-    worker_memo,
 )
-from mtcore.api.engine import ModelExport, worker_forget
+from mtcore.api.engine import ModelExport, Resources, thread_count, worker_forget
 from mtcore_plugins.common.decoding.translator import (
     MODEL_ROLES,
     DecodeJob,
-    Hyp,
     Translator,
     check_members,
     weigh_models,
 )
-from mtcore_plugins.common.hub.pretrained import (
-    ARTIFACT_TYPE,
-    PretrainedTokens,
-    check_pretrained,
-    converted_pretrained,
-)
-from mtcore_plugins.steps._ct2_decoding import Ct2Translator
+from mtcore_plugins.common.hub.pretrained import check_pretrained, converted_pretrained
 from mtcore_plugins.steps._nbest import NBestWriter
-from mtcore_plugins.steps._pretrained_init import LanguageTokens
 from mtcore_plugins.steps._translate_config import TranslateConfig, worker_threads
+from mtcore_plugins.steps._translate_ranks import RankJob, run_ranks
+from mtcore_plugins.steps._translate_shards import (
+    Shard,
+    pretrained,
+    read_shards,
+    tagged,
+    translate_shard,
+)
 
 __all__ = ["MODEL_ROLES", "TranslateConfig", "TranslateStep", "Translator", "check_members"]
 __all__ += ["weigh_models"]
-
-
-Shard = tuple[int, int, list[str]]
-"""(shard number, index of its first line, its source lines)."""
-
-ShardResult = tuple[list[str], list[list[Hyp]] | None, dict[str, int]]
-"""1-best lines, n-best lists (when asked for) and counters of one shard."""
 
 
 class TranslateStep(Step[TranslateConfig]):
@@ -76,6 +70,7 @@ class TranslateStep(Step[TranslateConfig]):
     dictionaries, languages and direction must not)."""
 
     parallel = True  # its shards go through ctx.executor
+    widens_by_shards = True  # or through its ranks, at the width the scheduler gives it
 
     name = "translate"
     inputs: ClassVar[dict[str, bool]] = {
@@ -87,6 +82,11 @@ class TranslateStep(Step[TranslateConfig]):
     outputs: ClassVar[tuple[str, ...]] = ("hyp", "nbest")
     streams: ClassVar[tuple[str, ...]] = ("corpus",)
     export_formats: ClassVar[tuple[str, ...]] = ("ctranslate2", "huggingface")
+
+    def resources(self) -> Resources:
+        """Its ``threads``, at width 1; a width (``resources: {translate: {gpus: 8}}``) is a
+        rank a GPU, each with those threads."""
+        return Resources(cpus=thread_count(self.config.threads), distributed=True)
 
     def volume(self, lines_in: Mapping[str, float | None]) -> dict[str, float]:
         """One output line a source line, each decoded with the models."""
@@ -165,13 +165,23 @@ class TranslateStep(Step[TranslateConfig]):
             submitted.append(shard[0])
             return (*settings, job, shard)
 
+        store = ctx.scratch("shards")
+        if ctx.ranks > 1:
+            job_spec = RankJob(
+                ctx.step_id, config.model_dump_json(), ct2,
+                {r: str(a.path) for r, a in models.items()}, str(corpus.path), column,
+                config.chunk_lines, str(store),
+            )  # fmt: skip
+            by_rank = run_ranks(ctx, job_spec, corpus.count(), config.threads)
+            ctx.metrics["ranks"] = ctx.ranks
+            ctx.metrics["shards_by_rank"] = [len(done) for done in by_rank]
         writer = CorpusWriter(ctx.output("hyp"), (config.tgt,), name="hyp")
         nbest = NBestWriter(ctx.output("nbest"), config.src, config.tgt) if config.nbest else None
         inputs = 0
         with writer, ctx.progress(corpus.count(), "translate") as bar:
             shards = map_shards(
                 ctx.executor, translate_shard, read_shards(corpus, column, config.chunk_lines),
-                task, ctx.scratch("shards"),
+                task, store,
             )  # fmt: skip
             for (_, first, lines), (hyps, lists, counts) in shards:
                 if len(hyps) != len(lines) or (
@@ -200,20 +210,8 @@ class TranslateStep(Step[TranslateConfig]):
         ctx.stats.add("translate.lines", inputs)
         ctx.metrics["sentences_per_second"] = round(inputs / max(seconds, 1e-9), 2)
         ctx.metrics["seconds"] = round(seconds, 1)
-        ctx.metrics["shards_translated"] = len(submitted)
-
-
-def read_shards(corpus: Corpus, column: int, size: int) -> Iterator[Shard]:
-    """The source column in shards of ``size`` lines."""
-    lines: list[str] = []
-    number = first = 0
-    for index, pair in enumerate(corpus):
-        lines.append(pair[column])
-        if len(lines) == size:
-            yield number, first, lines
-            number, first, lines = number + 1, index + 1, []
-    if lines:
-        yield number, first, lines
+        ranked = sum(ctx.metrics.get("shards_by_rank", []))
+        ctx.metrics["shards_translated"] = len(submitted) + ranked
 
 
 def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepContext) -> str:
@@ -236,16 +234,6 @@ def ct2_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepCo
     path = converted(members["model"], config.src, config.tgt, config.models, ctx.registry)
     ctx.metrics["backend"] = "ctranslate2"
     return str(path)
-
-
-def pretrained(members: dict[str, Artifact]) -> bool:
-    return members["model"].meta.get("type") == ARTIFACT_TYPE
-
-
-def tagged(members: dict[str, Artifact]) -> bool:
-    """A fairseq model continued from a pretrained M2M-100/NLLB model: its text carries
-    language tokens (:mod:`~mtcore_plugins.steps._pretrained_init`)."""
-    return "language_tokens" in members["model"].meta
 
 
 def tagged_model(config: TranslateConfig, members: dict[str, Artifact], ctx: StepContext) -> str:
@@ -298,44 +286,3 @@ def check_pretrained_member(
     model = members["model"]
     where = f"{step_id}: input model ({model.path})"
     check_pretrained(where, model.meta, config.src, config.tgt, config.src_token, config.tgt_token)
-
-
-def translate_shard(task: tuple[str, int, str, DecodeJob, Shard]) -> ShardResult:
-    """Executor task: the 1-best (and n-best) translations of one shard, and its counters.
-    ``ct2``: the converted model to decode with CTranslate2, or empty for fairseq."""
-    import torch
-
-    settings, threads, ct2, job, (number, _first, lines) = task
-    if threads and torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    key = settings + ct2 + repr(sorted((r, str(a.path)) for r, a in job.inputs.items()))
-
-    def load() -> Translator | Ct2Translator:
-        config = TranslateConfig.model_validate_json(settings)
-        if pretrained(job.inputs):
-            tokens = PretrainedTokens.load(
-                job.inputs["model"], config.src, config.tgt, config.src_token, config.tgt_token
-            )
-            return Ct2Translator(config, job, Path(ct2), threads, tokens)
-        if tagged(job.inputs):
-            model = job.inputs["model"]
-            tags = LanguageTokens.load(model.path, model.meta)
-            if not ct2:  # an ensemble
-                return Translator(config, job, tags)
-            return Ct2Translator(config, job, Path(ct2), threads, tags)
-        return Ct2Translator(config, job, Path(ct2), threads) if ct2 else Translator(config, job)
-
-    # loaded by the first shard, kept for the next ones; one translator per worker at a time
-    translator: Translator | Ct2Translator = worker_memo(("translator", key), load, only=True)
-    config = translator.config
-    translator.ctx = DecodeJob(job.step_id, job.inputs)  # fresh counters for this shard
-    if config.sampling:  # per shard: a resumed run draws what an uninterrupted one would
-        torch.manual_seed(config.seed + number)
-        translator.seed = config.seed + number
-    if config.nbest:
-        lists = translator.translate_nbest(lines, config.nbest)
-        hyps = [found[0][0] for found in lists]
-    else:
-        lists, hyps = None, translator.translate(lines)
-    stats: Stats = translator.ctx.stats
-    return hyps, lists, stats.as_dict()

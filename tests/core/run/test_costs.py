@@ -1,5 +1,6 @@
 """The cost of a translation whose volume the plan knows (issue 69): a sample's size carried
-through the steps that keep lines one for one, decoded at a GPU's or a CPU thread's rate."""
+through the steps that keep lines one for one, decoded at a GPU's or a CPU thread's rate, and
+over the width the planner gives a translation of a GPU range."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from mtcore.contracts.registry import load_registry
-from mtcore.contracts.resources import Resources
+from mtcore.contracts.resources import Resources, ResourceSpec
 from mtcore.run.schedule import (
     CPU_DECODE_LINES_PER_SECOND,
     DATA_STEP_SECONDS,
@@ -31,6 +32,10 @@ class _Planned:
     id: str
     spec: _Spec
     dirname: str = "never-run"  # no manifest in the workdir: nothing measured
+
+    @property
+    def deps(self) -> list[str]:
+        return [ref.partition(".")[0] for ref in self.spec.inputs.values()]
 
 
 def step(step_id: str, kind: str, config: dict[str, Any], **inputs: str) -> _Planned:
@@ -82,3 +87,26 @@ def test_a_slower_gpu_decodes_slower(tmp_path):
     one = Resources(cpus=1, gpus=1)
     ratio = GPU_TOKENS_PER_SECOND["h200"] / GPU_TOKENS_PER_SECOND["v100"]
     assert slow.seconds(bt, one) == pytest.approx(fast.seconds(bt, one) * ratio)  # type: ignore[arg-type]
+
+
+def test_the_planner_spreads_a_translation_of_a_gpu_range_over_the_gpus(tmp_path):
+    """NT5's back-translation of 1.4B lines, given 1-64 GPUs: at 1.0 a doubling (independent
+    shards) its seconds are those on one GPU over the width chosen, and with nothing beside
+    it the planner takes every GPU."""
+    from mtcore.run.scaling import Scaling
+    from mtcore.run.widths import mold
+
+    plan = graph(1_400_000_000)
+    model = CostModel.from_workdir(tmp_path, plan, gpu_tps=GPU_TOKENS_PER_SECOND["h200"])  # type: ignore[arg-type]
+    needs = {p.id: p.spec.plugin.resources() for p in plan}
+    bt = needs["bt"] = needs["bt"].apply(ResourceSpec(gpus=(1, 64)))
+    assert (bt.gpus, bt.gpus_max, bt.ranks) == (1, 64, 1)
+    at_1 = {
+        p.id: model.seconds(p, needs[p.id].at_width(1) if needs[p.id].moldable else needs[p.id])  # type: ignore[arg-type]
+        for p in plan
+    }
+    molded = mold(plan, at_1, needs, Resources(cpus=1000, gpus=64), Scaling())  # type: ignore[arg-type]
+    chosen = molded.needs["bt"]
+    assert (chosen.gpus, chosen.ranks, chosen.nodes) == (64, 64, 8)
+    assert molded.cost["bt"] == pytest.approx(at_1["bt"] / 64)
+    assert at_1["bt"] == pytest.approx(1_400_000_500 / GPU_DECODE_LINES_PER_SECOND)
