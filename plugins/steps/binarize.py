@@ -129,8 +129,7 @@ class BinarizeStep(Step[BinarizeConfig]):
             count = self._encode(ctx, role, tokens, encoded, "train", (aux.src, aux.tgt))
             ctx.stats.add(f"binarize.aux_lines.{role}", count)
             lines["train"] += count
-        if self.config.min_piece_count > 1:
-            lines["train"] = self._drop_rare(ctx, encoded, extra)
+        lines["train"] = self._drop_rare(ctx, encoded, extra, lines["train"])
         cycled = [] if parts == 1 else self._cut(ctx, processor, encoded, parts)
         if cycled and fixed is None:  # one dictionary over train and every part
             fixed = self._cycle_dictionary(encoded, ctx.scratch("dictionary"), parts)
@@ -195,9 +194,11 @@ class BinarizeStep(Step[BinarizeConfig]):
                 "augmenter where the model must tell targets apart)"
             )
 
-    def _drop_rare(self, ctx: StepContext, encoded: Path, extra: dict[str, Any]) -> int:
-        """The encoded training pairs less those with a rare piece; the pairs kept."""
+    def _drop_rare(self, ctx: StepContext, encoded: Path, extra: dict[str, Any], lines: int) -> int:
+        """The encoded training pairs (``lines``) less those with a rare piece; the pairs kept."""
         c = self.config
+        if c.min_piece_count == 1:
+            return lines
         files = (encoded / f"train.{c.src}", encoded / f"train.{c.tgt}")
         kept, dropped, rare = drop_rare_pairs(files, c.min_piece_count)
         ctx.stats.add("binarize.rare_piece_pairs_dropped", dropped)
