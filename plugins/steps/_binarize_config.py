@@ -88,6 +88,14 @@ class BinarizeConfig(PluginConfig):
         "they stand as words of a training source (a tagged back-translation's <BT>, the noise's "
         "<blank>)",
     )
+    min_piece_count: int = Field(
+        1,
+        ge=1,
+        le=1_000_000,
+        json_schema_extra=HASHED_WHEN_SET,
+        description="drop the training pairs holding a piece that occurs fewer times on its "
+        "side of the encoded training data (Xiaomi §4.1's rare-subword filter: 6); 1 keeps all",
+    )
     cycle_parts: int = Field(
         1,
         ge=1,

@@ -27,6 +27,10 @@ in the columns of ``src`` and ``tgt``; their tokens tell the model which languag
 back-translation's ``<BT>``, Caswell et al. 2019, and the noise's ``<blank>``, which a
 pretrained model's SentencePiece would cut into ``▁<``, ``BT``, ``>``); ``oov: rare`` gives
 them a rare entry's row, as it does Livonian's unknown pieces.
+
+``min_piece_count`` above 1 drops the encoded training pairs (train and aux, after sampling)
+that hold a piece rarer than that on its side (:mod:`~mtcore_plugins.steps._rare_pieces`,
+Xiaomi §4.1), before the dictionary is built; counted as ``binarize.rare_piece_pairs_dropped``.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from mtcore_plugins.steps._pretrained_init import (
     language_tokens,
     write_dictionary,
 )
+from mtcore_plugins.steps._rare_pieces import drop_rare_pairs
 
 SPLITS = ("train", "valid")
 CHUNK = 10_000
@@ -124,6 +129,7 @@ class BinarizeStep(Step[BinarizeConfig]):
             count = self._encode(ctx, role, tokens, encoded, "train", (aux.src, aux.tgt))
             ctx.stats.add(f"binarize.aux_lines.{role}", count)
             lines["train"] += count
+        lines["train"] = self._drop_rare(ctx, encoded, extra, lines["train"])
         cycled = [] if parts == 1 else self._cut(ctx, processor, encoded, parts)
         if cycled and fixed is None:  # one dictionary over train and every part
             fixed = self._cycle_dictionary(encoded, ctx.scratch("dictionary"), parts)
@@ -187,6 +193,19 @@ class BinarizeStep(Step[BinarizeConfig]):
                 "artifact: for a recipe's own model, concat the corpora (with a lang_tag "
                 "augmenter where the model must tell targets apart)"
             )
+
+    def _drop_rare(self, ctx: StepContext, encoded: Path, extra: dict[str, Any], lines: int) -> int:
+        """The encoded training pairs (``lines``) less those with a rare piece; the pairs kept."""
+        c = self.config
+        if c.min_piece_count == 1:
+            return lines
+        files = (encoded / f"train.{c.src}", encoded / f"train.{c.tgt}")
+        kept, dropped, rare = drop_rare_pairs(files, c.min_piece_count)
+        ctx.stats.add("binarize.rare_piece_pairs_dropped", dropped)
+        for lang, count in zip((c.src, c.tgt), rare, strict=True):
+            ctx.stats.add(f"binarize.rare_pieces.{lang}", count)
+        extra["rare_pieces"] = {"min_count": c.min_piece_count, "pairs_dropped": dropped}
+        return kept
 
     def _pretrained(
         self, ctx: StepContext, model: Artifact, dictionary: bool, aux: AuxPairs | None = None

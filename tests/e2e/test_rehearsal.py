@@ -175,7 +175,7 @@ REHEARSED = (
 """The recipes whose paper profile has a `rehearsal` overlay (tests/e2e/test_recipes.py checks, as
 for every overlay, that it changes sizes, not the graph). NT5's (409 s in CI) runs in CI's slow
 tier; HW-TSC's (586 s on a loaded machine: six pairs, 601 steps), Yishu's (173 s; its default
-profile is in make test-long too) and Xiaomi's (870 s, 287 steps) in make test-long: CI of
+profile is in make test-long too) and Xiaomi's (952 s loaded, 319 steps) in make test-long: CI of
 fa3d66e took 3,612 s, over its hour, and this session's machine lost 12-18 % of its CPU to steal
 again during CI."""
 

@@ -44,7 +44,8 @@ def test_every_stage_of_every_recipe_has_a_path_from_its_test_set(registry, name
         path = inference_path(recipe, stage)
         assert path[-1] == stage.hyp[0], stage
         kinds = {recipe.steps[s].kind for s in path}
-        assert kinds <= {"translate", "normalize", "truecase", "rerank", "augment"}, kinds
+        assert kinds <= {"translate", "normalize", "truecase", "rerank", "augment",
+                         "pool_nbest"}, kinds  # fmt: skip
         first = recipe.steps[path[0]]
         assert stage.test[0] in {ref.split(".")[0] for ref in first.inputs.values()}, stage
 
@@ -80,7 +81,33 @@ def test_xiaomi_path_leaves_out_what_the_test_set_only_filters(registry):
     from it; the path follows line-aligned inputs only, so no model is retrained."""
     recipe = load(registry, "xiaomi")
     path = inference_path(recipe, choose_stage(recipe, "zhja", None))
-    assert path == ["prep_test", "test_ensemble_zhja", "rerank_zhja", "post_zhja", "detrue_zhja"]
+    # §3.4: the L2R and R2L ensembles' n-best lists pooled before reranking
+    assert path == ["prep_test", "test_ensemble_zhja", "test_ensemble_r2l_zhja",
+                    "pool_test_zhja", "rerank_zhja", "post_zhja", "detrue_zhja"]  # fmt: skip
+
+
+def test_xiaomi_constrained_system_uses_the_organisers_data_only(registry):
+    """Table 2's "#" (paper profile): D3's L2R and R2L ensembles' pooled n-best, reranked and
+    post-processed; nothing upstream of it reads Common Crawl (the constrained condition)."""
+    path = RECIPES / "xiaomi.yaml"
+    recipe = build_recipe(read_yaml(path), registry, "paper", source=str(path))
+    stage = choose_stage(recipe, "zhja", "constrained")
+    assert inference_path(recipe, stage) == [
+        "prep_test", "test_d3_ensemble_zhja", "test_d3_ensemble_r2l_zhja", "pool_d3_test_zhja",
+        "rerank_constrained_zhja", "post_constrained_zhja", "detrue_constrained_zhja",
+    ]  # fmt: skip
+    assert choose_stage(recipe, "zhja", None).name == "post"  # "*" stays the served one
+    assert recipe.head.stage_notes["constrained"].startswith("Table 2's #")
+    seen: set[str] = set()
+    todo = [stage.evaluate]
+    while todo:
+        step = todo.pop()
+        if step not in seen:
+            seen.add(step)
+            todo += [ref.split(".")[0] for ref in recipe.steps[step].inputs.values()]
+    assert "commoncrawl_ja" in recipe.steps and "extbt_zhja" in recipe.steps
+    assert not {s for s in seen if "commoncrawl" in s or "mono" in s or "d4" in s}, seen
+    assert {"members_d3_r2l_zhja", "members_d3_l2r_jazh", "lm_d1_ja"} <= seen
 
 
 def test_unknown_direction_and_stage_list_the_valid_ones(registry):
