@@ -280,7 +280,7 @@ def test_plan_slots_prints_the_makespan(tmp_path):
         obj={},
     )
     assert result.exit_code == 0, result.output
-    assert "136 trainings" in result.output
+    assert "138 trainings" in result.output
     assert "makespan on gpu=8:" in result.output
     few = CliRunner().invoke(
         cli,
