@@ -139,9 +139,18 @@ class Recipe:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise RecipeError([f"cannot read recipe: {exc.strerror}"], str(path)) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise RecipeError(
+            [f"line {line}, byte {column}: not UTF-8 (byte 0x{data[exc.start]:02x}); a recipe "
+             "is UTF-8 text"], str(path),
+        ) from exc  # fmt: skip
     try:
         document = safe_yaml(text, str(path))
     except yaml.YAMLError as exc:

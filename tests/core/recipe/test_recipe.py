@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mtcore.contracts.errors import RecipeError
-from mtcore.recipe.load import build_recipe, load_recipe
+from mtcore.recipe.load import build_recipe, load_recipe, read_yaml
 from mtcore.recipe.overrides import apply_set, deep_merge, parse_set
 from tests.support.data import clean_split_recipe
 
@@ -269,3 +269,12 @@ def test_dangling_inputs_of_a_step_with_an_unknown_kind_are_reported(registry):
         "steps.split.inputs.corpus: unknown data or step 'claen'" in p and "'clean'" in p
         for p in problems
     ), problems
+
+
+def test_a_recipe_that_is_not_utf8_is_a_recipe_error_naming_its_line(tmp_path):
+    """A damaged multi-byte character (the trust fuzz found one in Yishu's recipe) is a clean
+    RecipeError with the line and byte, not a UnicodeDecodeError."""
+    path = tmp_path / "broken.yaml"
+    path.write_bytes("name: x\n# §2.1\n# \u00a72.2\n".encode().replace(b"\xc2\xa72.2", b"\xc2x2.2"))
+    with pytest.raises(RecipeError, match=r"line 3, byte 3: not UTF-8 \(byte 0xc2\)"):
+        read_yaml(path)
